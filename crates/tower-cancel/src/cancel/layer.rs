@@ -1,0 +1,78 @@
+use std::time::Duration;
+
+use tower_layer::Layer;
+
+use super::Cancel;
+use crate::{dialect::Dialect, registry::Registry};
+
+/// What happens to a handler when its request is cancelled.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Mode {
+    /// The handler's future is dropped at once, so every `.await` it was parked on stops. The default.
+    #[default]
+    Abort,
+    /// The token fires and the handler may still answer within `grace`: a partial result (where the dialect
+    /// allows one) or its own error. After `grace` it is dropped as in `Abort`.
+    Cooperative {
+        /// How long the handler may take to wind down.
+        grace: Duration,
+    },
+}
+
+/// Makes requests cancellable: consumes the dialect's cancel messages, registers each cancellable request in its
+/// scope's [`Registry`], gives it a [`RequestContext`](crate::RequestContext) and races it against its token.
+///
+/// See the [module docs](crate::cancel) for the behaviour.
+#[derive(Clone, Debug)]
+pub struct CancelLayer<D> {
+    dialect: D,
+    mode: Mode,
+    registry: Option<Registry>,
+}
+
+impl<D> CancelLayer<D> {
+    /// A cancel layer for `dialect`, in [`Mode::Abort`].
+    pub const fn new(dialect: D) -> Self {
+        Self {
+            dialect,
+            mode: Mode::Abort,
+            registry: None,
+        }
+    }
+
+    /// Set the mode.
+    pub const fn mode(mut self, mode: Mode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Cooperative mode with a grace period.
+    pub const fn cooperative(self, grace: Duration) -> Self {
+        self.mode(Mode::Cooperative { grace })
+    }
+
+    /// The registry used for requests that arrive without one in their extensions. By default each service
+    /// built by this layer gets a new one.
+    pub fn registry(mut self, registry: Registry) -> Self {
+        self.registry = Some(registry);
+        self
+    }
+
+    /// The dialect.
+    pub fn dialect(&self) -> &D {
+        &self.dialect
+    }
+}
+
+impl<S, D: Dialect> Layer<S> for CancelLayer<D> {
+    type Service = Cancel<S, D>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Cancel::new(
+            inner,
+            self.dialect.clone(),
+            self.mode,
+            self.registry.clone().unwrap_or_default(),
+        )
+    }
+}

@@ -1,0 +1,131 @@
+//! What a handler sees of its request's cancellation: [`RequestContext`] and [`CancelReason`].
+
+use std::{fmt, sync::Arc};
+
+use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
+
+use crate::{lifecycle::Lifecycle, message::Id};
+
+/// Why a request was cancelled. Every source ends in the same lifecycle; the dialect renders the reply from this.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CancelReason {
+    /// The peer sent its dialect's cancel message, with its optional reason text.
+    Peer {
+        /// The reason the peer gave, if any (MCP's `reason`).
+        reason: Option<String>,
+    },
+    /// The request's deadline passed.
+    Timeout,
+    /// The connection (or HTTP stream) closed.
+    Disconnect,
+    /// The server is shutting down.
+    Shutdown,
+    /// The request this one was made for was cancelled.
+    Parent,
+    /// Cancelled by code on this side (a handler, an application rule, the response future being dropped).
+    Local {
+        /// A description, for logs.
+        reason: Option<String>,
+    },
+}
+
+impl CancelReason {
+    /// A peer's cancel.
+    pub fn peer(reason: Option<String>) -> Self {
+        CancelReason::Peer { reason }
+    }
+
+    /// A cancel by this side's own code.
+    pub fn local(reason: impl Into<String>) -> Self {
+        CancelReason::Local {
+            reason: Some(reason.into()),
+        }
+    }
+}
+
+impl fmt::Display for CancelReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CancelReason::Peer { reason: None } => f.write_str("cancelled by the peer"),
+            CancelReason::Peer { reason: Some(r) } => write!(f, "cancelled by the peer: {r}"),
+            CancelReason::Timeout => f.write_str("timed out"),
+            CancelReason::Disconnect => f.write_str("connection closed"),
+            CancelReason::Shutdown => f.write_str("server shutting down"),
+            CancelReason::Parent => f.write_str("parent request cancelled"),
+            CancelReason::Local { reason: None } => f.write_str("cancelled locally"),
+            CancelReason::Local { reason: Some(r) } => write!(f, "cancelled locally: {r}"),
+        }
+    }
+}
+
+/// A request's cancellation context, found in the request's extensions (see
+/// [`Request::context`](crate::Request::context)).
+///
+/// Cloning is cheap: every clone observes the same request.
+///
+/// # Example
+///
+/// ```
+/// use tower_cancel::{Request, ErrorObject};
+///
+/// async fn handler(req: Request) -> Result<serde_json::Value, ErrorObject> {
+///     let ctx = req.context().cloned().expect("behind a CancelLayer");
+///     tokio::select! {
+///         _ = ctx.cancelled() => Err(ErrorObject::new(-32800, "stopped early")),
+///         _ = tokio::time::sleep(std::time::Duration::from_millis(10)) => Ok(serde_json::json!("done")),
+///     }
+/// }
+/// ```
+#[derive(Clone)]
+pub struct RequestContext {
+    lifecycle: Arc<Lifecycle>,
+}
+
+impl RequestContext {
+    pub(crate) fn new(lifecycle: Arc<Lifecycle>) -> Self {
+        Self { lifecycle }
+    }
+
+    /// The request's id.
+    pub fn id(&self) -> &Id {
+        self.lifecycle.id()
+    }
+
+    /// The token that fires when the request is cancelled, from any source. Hand out
+    /// [`child_token`](CancellationToken::child_token)s to sub-tasks so they stop with the request.
+    pub fn token(&self) -> &CancellationToken {
+        self.lifecycle.token()
+    }
+
+    /// Whether the request has been cancelled.
+    pub fn is_cancelled(&self) -> bool {
+        self.lifecycle.is_cancelled()
+    }
+
+    /// Why the request was cancelled, once it has been.
+    pub fn reason(&self) -> Option<CancelReason> {
+        self.lifecycle.reason().cloned()
+    }
+
+    /// Resolves when the request is cancelled.
+    pub fn cancelled(&self) -> WaitForCancellationFuture<'_> {
+        self.lifecycle.token().cancelled()
+    }
+
+    /// Cancel the request from this side (reason [`CancelReason::Local`]). Returns `false` if it was already
+    /// settled.
+    pub fn cancel(&self, reason: impl Into<String>) -> bool {
+        self.lifecycle.cancel(CancelReason::local(reason))
+    }
+}
+
+impl fmt::Debug for RequestContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RequestContext")
+            .field("id", self.id())
+            .field("cancelled", &self.is_cancelled())
+            .field("reason", &self.lifecycle.reason())
+            .finish()
+    }
+}

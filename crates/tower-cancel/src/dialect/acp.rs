@@ -1,0 +1,176 @@
+use serde::Deserialize;
+use serde_json::json;
+
+use super::{cancel_params, request_cancelled, CancelNotice, CancelledReply, Dialect, Recognized};
+use crate::{
+    context::CancelReason,
+    message::{Id, Request},
+    registry::SessionState,
+};
+
+/// The Agent Client Protocol as it is now: `$/cancel_request {"requestId": …}` (a `_meta` member may be present),
+/// answered with -32800 "Request cancelled" or a partial result.
+///
+/// No capability is needed and either side may send it; unknown, completed and malformed cancels are ignored.
+/// `session/cancel` is a separate, feature-level notification and stays the application's business.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Acp;
+
+impl Acp {
+    /// The method of ACP's cancel notification.
+    pub const CANCEL_METHOD: &'static str = "$/cancel_request";
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct AcpParams {
+    request_id: Id,
+}
+
+impl Dialect for Acp {
+    fn name(&self) -> &'static str {
+        "acp"
+    }
+
+    fn recognize(&self, notification: &Request, _session: &SessionState) -> Recognized {
+        if notification.method() != Self::CANCEL_METHOD {
+            return Recognized::NotACancel;
+        }
+        match cancel_params::<AcpParams>(notification) {
+            Some(p) => Recognized::Cancel(CancelNotice {
+                id: p.request_id,
+                reason: None,
+            }),
+            None => Recognized::Malformed,
+        }
+    }
+
+    fn is_cancellable(&self, method: &str, _session: &SessionState) -> bool {
+        method != "initialize"
+    }
+
+    fn cancelled_reply(&self, _reason: &CancelReason) -> CancelledReply {
+        request_cancelled("Request cancelled")
+    }
+
+    fn cancel_message(&self, id: &Id, _reason: Option<&str>) -> Request {
+        Request::notification(Self::CANCEL_METHOD, json!({ "requestId": id }))
+    }
+}
+
+/// The first draft of ACP's request cancellation: `$/cancelRequest {"id": …}` behind the `cancellation.request`
+/// capability, answered with -32800 "Cancelled".
+///
+/// # Lifecycle rules
+///
+/// - Nothing is cancellable before `initialize` has completed, and `initialize` itself never is.
+/// - This side handles cancels only if it declared the capability ([`AcpDraft::declared`], on by default; the
+///   agent must then put `"cancellation": {"request": true}` in its capabilities). Otherwise the notification is
+///   passed on to the service like any other.
+/// - The peer's own declaration (`clientCapabilities.cancellation.request` or
+///   `agentCapabilities.cancellation.request` in the `initialize` params) is recorded in the scope's
+///   [`SessionState`], so this side never sends a cancel to a peer that did not declare it.
+#[derive(Clone, Copy, Debug)]
+pub struct AcpDraft {
+    declared: bool,
+}
+
+impl Default for AcpDraft {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl AcpDraft {
+    /// The method of the draft's cancel notification.
+    pub const CANCEL_METHOD: &'static str = "$/cancelRequest";
+
+    /// The draft dialect, declaring the capability.
+    pub const fn new() -> Self {
+        Self { declared: true }
+    }
+
+    /// Whether this side declared `cancellation.request` (and so handles cancels).
+    pub const fn declared(mut self, declared: bool) -> Self {
+        self.declared = declared;
+        self
+    }
+
+    /// Whether this side declared the capability.
+    pub const fn is_declared(&self) -> bool {
+        self.declared
+    }
+}
+
+#[derive(Deserialize)]
+struct DraftParams {
+    id: Id,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct InitializeParams {
+    #[serde(default)]
+    client_capabilities: Option<Capabilities>,
+    #[serde(default)]
+    agent_capabilities: Option<Capabilities>,
+}
+
+#[derive(Deserialize, Default)]
+struct Capabilities {
+    #[serde(default)]
+    cancellation: Option<Cancellation>,
+}
+
+#[derive(Deserialize, Default)]
+struct Cancellation {
+    #[serde(default)]
+    request: bool,
+}
+
+impl Dialect for AcpDraft {
+    fn name(&self) -> &'static str {
+        "acp-draft"
+    }
+
+    fn recognize(&self, notification: &Request, session: &SessionState) -> Recognized {
+        if notification.method() != Self::CANCEL_METHOD
+            || !self.declared
+            || !session.is_initialized()
+        {
+            return Recognized::NotACancel;
+        }
+        match cancel_params::<DraftParams>(notification) {
+            Some(p) => Recognized::Cancel(CancelNotice {
+                id: p.id,
+                reason: None,
+            }),
+            None => Recognized::Malformed,
+        }
+    }
+
+    fn is_cancellable(&self, method: &str, session: &SessionState) -> bool {
+        self.declared && method != "initialize" && session.is_initialized()
+    }
+
+    fn cancelled_reply(&self, _reason: &CancelReason) -> CancelledReply {
+        request_cancelled("Cancelled")
+    }
+
+    fn cancel_message(&self, id: &Id, _reason: Option<&str>) -> Request {
+        Request::notification(Self::CANCEL_METHOD, json!({ "id": id }))
+    }
+
+    fn observe_request(&self, request: &Request, session: &SessionState) {
+        if request.method() != "initialize" {
+            return;
+        }
+        let params: InitializeParams = request.params_as().unwrap_or_default();
+        let declared = params
+            .client_capabilities
+            .or(params.agent_capabilities)
+            .and_then(|c| c.cancellation)
+            .is_some_and(|c| c.request);
+        session.set_peer_accepts_cancel(declared);
+    }
+}

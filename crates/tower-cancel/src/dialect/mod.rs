@@ -1,0 +1,96 @@
+//! Dialects: how each protocol spells cancellation.
+//!
+//! A [`Dialect`] is a small value that says how a cancel message looks, which requests are cancellable, and what
+//! a cancelled request gets on the wire. The built-in ones follow the protocols' texts and their reference
+//! implementations:
+//!
+//! | dialect | cancel message | cancelled request gets |
+//! |---|---|---|
+//! | [`Lsp`] | `$/cancelRequest {id}` | error -32800 |
+//! | [`Acp`] | `$/cancel_request {requestId}` | error -32800 |
+//! | [`AcpDraft`] | `$/cancelRequest {id}`, only after `initialize` and if declared | error -32800 |
+//! | [`Mcp`] | `notifications/cancelled {requestId, reason}` | no reply at all |
+//!
+//! Write your own by implementing the trait.
+
+use crate::{
+    context::CancelReason,
+    message::{ErrorObject, Id, Request},
+    registry::SessionState,
+};
+
+mod acp;
+mod lsp;
+mod mcp;
+
+pub use acp::{Acp, AcpDraft};
+pub use lsp::Lsp;
+pub use mcp::Mcp;
+
+/// A cancel message read off the wire.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CancelNotice {
+    /// The id of the request to cancel.
+    pub id: Id,
+    /// The reason the peer gave, if the dialect carries one.
+    pub reason: Option<String>,
+}
+
+/// How a dialect reads a notification.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Recognized {
+    /// Not this dialect's cancel message (or one this side must not handle): pass it on to the service.
+    NotACancel,
+    /// A cancel message.
+    Cancel(CancelNotice),
+    /// This dialect's cancel method with params of the wrong shape: consumed and ignored, as every dialect says.
+    Malformed,
+}
+
+/// What a cancelled request gets.
+#[derive(Clone, Debug, PartialEq)]
+pub enum CancelledReply {
+    /// An error reply.
+    Error(ErrorObject),
+    /// No reply at all (MCP).
+    Nothing,
+}
+
+/// A protocol's rules for cancellation.
+pub trait Dialect: Clone + Send + Sync + 'static {
+    /// A short name for logs.
+    fn name(&self) -> &'static str;
+
+    /// Read a notification: is it this dialect's cancel?
+    fn recognize(&self, notification: &Request, session: &SessionState) -> Recognized;
+
+    /// Whether a request with this method can be cancelled in this session (`initialize` never can).
+    fn is_cancellable(&self, method: &str, session: &SessionState) -> bool;
+
+    /// The reply a request cancelled for `reason` gets.
+    fn cancelled_reply(&self, reason: &CancelReason) -> CancelledReply;
+
+    /// Whether a handler that stops cooperatively may answer with a partial result (LSP and ACP allow it).
+    fn allows_partial_result(&self) -> bool {
+        true
+    }
+
+    /// The cancel message this side sends to cancel its own request `id`.
+    fn cancel_message(&self, id: &Id, reason: Option<&str>) -> Request;
+
+    /// Look at an incoming request before it is dispatched (for example, read capabilities from `initialize`).
+    fn observe_request(&self, _request: &Request, _session: &SessionState) {}
+}
+
+/// The -32800 reply of LSP and ACP.
+pub(crate) fn request_cancelled(message: &str) -> CancelledReply {
+    CancelledReply::Error(ErrorObject::new(
+        crate::message::code::REQUEST_CANCELLED,
+        message,
+    ))
+}
+
+/// Read `params` of a cancel notification into `T`, or `None` if they have the wrong shape.
+pub(crate) fn cancel_params<T: serde::de::DeserializeOwned>(notification: &Request) -> Option<T> {
+    notification.params_as().ok()
+}

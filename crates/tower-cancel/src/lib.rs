@@ -1,0 +1,71 @@
+//! Cancellation of in-flight JSON-RPC requests as a cross-cutting concern.
+//!
+//! Wrap any `tower::Service<Request>` in these layers: a peer's cancel message, a closed connection or a cancel
+//! from your own code then stops the work and answers the caller the way its protocol expects.
+//!
+//! # The layers, outermost first
+//!
+//! ```text
+//! ErrorMapLayer<D>   every outcome -> the dialect's wire reply (-32800, no reply for MCP, -32603 for a panic, ...)
+//! CancelLayer<D>     consumes cancel messages; registers each request; gives it a RequestContext; races it
+//! your service       Service<Request, Response = serde_json::Value>
+//! ```
+//!
+//! [`CancelStack`] builds both for a dialect in one line. Each layer also works alone.
+//!
+//! # Example
+//!
+//! ```
+//! use std::time::Duration;
+//! use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+//! use tower_cancel::{CancelStack, Registry, Request};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! let mut service = ServiceBuilder::new()
+//!     .layer(CancelStack::lsp())
+//!     .service(service_fn(|req: Request| async move {
+//!         tokio::time::sleep(Duration::from_secs(60)).await;
+//!         Ok::<_, tower_cancel::BoxError>(serde_json::json!({ "done": req.method() }))
+//!     }));
+//!
+//! // The transport makes one registry per connection and puts it in every request.
+//! let registry = Registry::new();
+//! let mut slow = Request::new(7, "slow", ());
+//! slow.extensions_mut().insert(registry.clone());
+//! let reply = tokio::spawn(service.ready().await.unwrap().call(slow));
+//! tokio::task::yield_now().await;
+//!
+//! // The peer's cancel arrives through the same service.
+//! let mut cancel = Request::notification("$/cancelRequest", serde_json::json!({ "id": 7 }));
+//! cancel.extensions_mut().insert(registry.clone());
+//! service.ready().await.unwrap().call(cancel).await.unwrap();
+//!
+//! let reply = reply.await.unwrap().unwrap().unwrap();
+//! assert_eq!(reply.outcome.unwrap_err().code, -32800);
+//! assert!(registry.is_empty());
+//! # }
+//! ```
+//!
+//! The `tower-cancel-io` crate serves such a stack over stdio, pipes and sockets, with LSP and NDJSON framing.
+
+#![forbid(unsafe_code)]
+
+pub mod cancel;
+mod context;
+pub mod dialect;
+pub mod error_map;
+mod lifecycle;
+pub mod message;
+pub mod registry;
+mod stack;
+
+pub use cancel::{CancelLayer, Cancelled, Mode};
+pub use context::{CancelReason, RequestContext};
+pub use dialect::Dialect;
+pub use error_map::ErrorMapLayer;
+pub use message::{ErrorObject, Id, Message, Request, Response};
+pub use registry::Registry;
+pub use stack::CancelStack;
+
+/// The boxed error type of the layers.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

@@ -1,0 +1,103 @@
+//! Presets: the layers of a dialect in the right order, in one line.
+
+use std::time::Duration;
+
+use tower_layer::Layer;
+
+use crate::{
+    cancel::{Cancel, CancelLayer, Mode},
+    dialect::{Acp, AcpDraft, Dialect, Lsp, Mcp},
+    error_map::{ErrorMap, ErrorMapLayer},
+    registry::Registry,
+};
+
+/// The whole stack for a dialect: [`ErrorMapLayer`] outside, [`CancelLayer`] inside it.
+///
+/// It is a [`Layer`], so it goes into a [`tower::ServiceBuilder`] next to tower's own layers. Put layers that
+/// apply backpressure (`ConcurrencyLimit`, `RateLimit`) *below* it, so that cancels still reach queued requests.
+///
+/// # Example
+///
+/// ```
+/// use tower::{service_fn, ServiceBuilder, ServiceExt};
+/// use tower_cancel::{CancelStack, Request};
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// let service = ServiceBuilder::new()
+///     .layer(CancelStack::lsp())
+///     .concurrency_limit(64)
+///     .service(service_fn(|_req: Request| async {
+///         Ok::<_, tower_cancel::BoxError>(serde_json::json!(null))
+///     }));
+/// let reply = service.oneshot(Request::new(1, "shutdown", ())).await.unwrap();
+/// assert_eq!(reply.unwrap().outcome, Ok(serde_json::Value::Null));
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct CancelStack<D> {
+    cancel: CancelLayer<D>,
+    error_map: ErrorMapLayer<D>,
+}
+
+impl CancelStack<Lsp> {
+    /// The stack for the Language Server Protocol.
+    pub fn lsp() -> Self {
+        Self::new(Lsp)
+    }
+}
+
+impl CancelStack<Acp> {
+    /// The stack for the Agent Client Protocol (`$/cancel_request`).
+    pub fn acp() -> Self {
+        Self::new(Acp)
+    }
+}
+
+impl CancelStack<AcpDraft> {
+    /// The stack for the first ACP draft (`$/cancelRequest` behind the capability, declared).
+    pub fn acp_draft() -> Self {
+        Self::new(AcpDraft::new())
+    }
+}
+
+impl CancelStack<Mcp> {
+    /// The stack for the Model Context Protocol (no reply for a cancelled request).
+    pub fn mcp() -> Self {
+        Self::new(Mcp)
+    }
+}
+
+impl<D: Dialect> CancelStack<D> {
+    /// The stack for any dialect.
+    pub fn new(dialect: D) -> Self {
+        Self {
+            cancel: CancelLayer::new(dialect.clone()),
+            error_map: ErrorMapLayer::new(dialect),
+        }
+    }
+
+    /// Set the handler mode (see [`Mode`]).
+    pub fn mode(mut self, mode: Mode) -> Self {
+        self.cancel = self.cancel.mode(mode);
+        self
+    }
+
+    /// Cooperative mode with a grace period.
+    pub fn cooperative(self, grace: Duration) -> Self {
+        self.mode(Mode::Cooperative { grace })
+    }
+
+    /// The registry for requests that arrive without one in their extensions (see [`CancelLayer::registry`]).
+    pub fn registry(mut self, registry: Registry) -> Self {
+        self.cancel = self.cancel.registry(registry);
+        self
+    }
+}
+
+impl<S, D: Dialect> Layer<S> for CancelStack<D> {
+    type Service = ErrorMap<Cancel<S, D>, D>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        self.error_map.layer(self.cancel.layer(inner))
+    }
+}
