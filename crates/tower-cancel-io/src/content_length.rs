@@ -1,0 +1,272 @@
+//! LSP's framing: `Content-Length: N\r\n\r\n` and N bytes of UTF-8 JSON.
+
+use std::{fmt::Write, io};
+
+use bytes::{Buf, BufMut, BytesMut};
+use tokio_util::codec::{Decoder, Encoder};
+
+use crate::frame::{FrameError, DEFAULT_MAX_FRAME_SIZE};
+
+/// The longest header block accepted; the LSP headers are two short lines.
+const MAX_HEADER_SIZE: usize = 8 * 1024;
+
+/// A codec for `Content-Length` framing (LSP, and any JSON-RPC over a byte stream in that style).
+///
+/// Decoding yields each frame's payload, or a [`FrameError`] for a frame that was skipped: too large (its body is
+/// discarded as it streams in, never buffered), or a header block that cannot be read. An optional
+/// `Content-Type` header is accepted and ignored, as are unknown headers.
+#[derive(Clone, Debug)]
+pub struct ContentLengthCodec {
+    max_frame_size: usize,
+    state: State,
+    // How far the current header block has been searched for its end, so a slow sender costs O(n) overall.
+    searched: usize,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum State {
+    Head,
+    Body(usize),
+    Skip(usize),
+}
+
+impl Default for ContentLengthCodec {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ContentLengthCodec {
+    /// A codec with the [default frame size limit](DEFAULT_MAX_FRAME_SIZE).
+    pub fn new() -> Self {
+        Self::with_max_frame_size(DEFAULT_MAX_FRAME_SIZE)
+    }
+
+    /// A codec accepting frames of up to `max_frame_size` bytes.
+    pub fn with_max_frame_size(max_frame_size: usize) -> Self {
+        Self {
+            max_frame_size,
+            state: State::Head,
+            searched: 0,
+        }
+    }
+
+    fn parse_head(head: &[u8]) -> Result<usize, FrameError> {
+        let head = std::str::from_utf8(head)
+            .map_err(|_| FrameError::InvalidHeader("header is not UTF-8".into()))?;
+        let mut length = None;
+        for line in head.split("\r\n") {
+            let Some((name, value)) = line.split_once(':') else {
+                return Err(FrameError::InvalidHeader(format!(
+                    "malformed header line {line:?}"
+                )));
+            };
+            if name.trim().eq_ignore_ascii_case("content-length") {
+                let value = value.trim();
+                length = Some(value.parse::<usize>().map_err(|_| {
+                    FrameError::InvalidHeader(format!("invalid Content-Length {value:?}"))
+                })?);
+            }
+        }
+        length.ok_or_else(|| FrameError::InvalidHeader("missing Content-Length".into()))
+    }
+}
+
+impl Decoder for ContentLengthCodec {
+    type Item = Result<BytesMut, FrameError>;
+    type Error = io::Error;
+
+    fn decode(&mut self, src: &mut BytesMut) -> io::Result<Option<Self::Item>> {
+        loop {
+            match self.state {
+                State::Head => {
+                    // Blank lines between frames are tolerated.
+                    while src.starts_with(b"\r\n") {
+                        src.advance(2);
+                        self.searched = 0;
+                    }
+                    let from = self.searched.saturating_sub(3);
+                    let Some(at) = src[from..]
+                        .windows(4)
+                        .position(|w| w == b"\r\n\r\n")
+                        .map(|p| p + from)
+                    else {
+                        if src.len() > MAX_HEADER_SIZE {
+                            // Keep the last 3 bytes: they may be the start of a terminator of a header that
+                            // follows the garbage.
+                            src.advance(src.len() - 3);
+                            self.searched = 0;
+                            return Ok(Some(Err(FrameError::InvalidHeader(
+                                "no header terminator within 8 KiB".into(),
+                            ))));
+                        }
+                        self.searched = src.len();
+                        return Ok(None);
+                    };
+                    let head = src.split_to(at + 4);
+                    self.searched = 0;
+                    match Self::parse_head(&head[..at]) {
+                        Ok(len) if len > self.max_frame_size => {
+                            self.state = State::Skip(len);
+                            return Ok(Some(Err(FrameError::TooLarge {
+                                len: Some(len),
+                                limit: self.max_frame_size,
+                            })));
+                        }
+                        Ok(len) => {
+                            self.state = State::Body(len);
+                            src.reserve(len.saturating_sub(src.len()));
+                        }
+                        Err(error) => return Ok(Some(Err(error))),
+                    }
+                }
+                State::Body(len) => {
+                    if src.len() < len {
+                        return Ok(None);
+                    }
+                    self.state = State::Head;
+                    return Ok(Some(Ok(src.split_to(len))));
+                }
+                State::Skip(remaining) => {
+                    let n = remaining.min(src.len());
+                    src.advance(n);
+                    if n < remaining {
+                        self.state = State::Skip(remaining - n);
+                        return Ok(None);
+                    }
+                    self.state = State::Head;
+                }
+            }
+        }
+    }
+
+    fn decode_eof(&mut self, src: &mut BytesMut) -> io::Result<Option<Self::Item>> {
+        if let Some(frame) = self.decode(src)? {
+            return Ok(Some(frame));
+        }
+        let partial = !src.is_empty() || matches!(self.state, State::Body(_));
+        src.clear();
+        self.state = State::Head;
+        self.searched = 0;
+        Ok(partial.then_some(Err(FrameError::Truncated)))
+    }
+}
+
+impl Encoder<&[u8]> for ContentLengthCodec {
+    type Error = io::Error;
+
+    fn encode(&mut self, payload: &[u8], dst: &mut BytesMut) -> io::Result<()> {
+        dst.reserve(payload.len() + 32);
+        // `BytesMut` implements `fmt::Write`: the header is formatted in place, without an allocation.
+        write!(dst, "Content-Length: {}\r\n\r\n", payload.len())
+            .map_err(|_| io::Error::other("formatting the header failed"))?;
+        dst.put_slice(payload);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode_all(
+        codec: &mut ContentLengthCodec,
+        bytes: &[u8],
+    ) -> Vec<Result<Vec<u8>, FrameError>> {
+        let mut buf = BytesMut::from(bytes);
+        let mut out = Vec::new();
+        while let Some(item) = codec.decode(&mut buf).unwrap() {
+            out.push(item.map(|b| b.to_vec()));
+        }
+        if let Some(item) = codec.decode_eof(&mut buf).unwrap() {
+            out.push(item.map(|b| b.to_vec()));
+        }
+        out
+    }
+
+    #[test]
+    fn round_trip() {
+        let mut codec = ContentLengthCodec::new();
+        let mut buf = BytesMut::new();
+        codec.encode(&b"{\"a\":1}"[..], &mut buf).unwrap();
+        codec.encode(&b"{}"[..], &mut buf).unwrap();
+        assert_eq!(
+            &buf[..],
+            b"Content-Length: 7\r\n\r\n{\"a\":1}Content-Length: 2\r\n\r\n{}"
+        );
+        assert_eq!(
+            decode_all(&mut codec, &buf),
+            vec![Ok(b"{\"a\":1}".to_vec()), Ok(b"{}".to_vec())]
+        );
+    }
+
+    #[test]
+    fn content_type_and_case_are_accepted() {
+        let mut codec = ContentLengthCodec::new();
+        let bytes = b"content-length: 2\r\nContent-Type: application/vscode-jsonrpc; charset=utf-8\r\n\r\n{}";
+        assert_eq!(decode_all(&mut codec, bytes), vec![Ok(b"{}".to_vec())]);
+    }
+
+    #[test]
+    fn byte_by_byte() {
+        let mut codec = ContentLengthCodec::new();
+        let bytes = b"Content-Length: 2\r\n\r\n{}Content-Length: 3\r\n\r\n[1]";
+        let mut buf = BytesMut::new();
+        let mut out = Vec::new();
+        for b in bytes {
+            buf.put_u8(*b);
+            while let Some(item) = codec.decode(&mut buf).unwrap() {
+                out.push(item.unwrap().to_vec());
+            }
+        }
+        assert_eq!(out, vec![b"{}".to_vec(), b"[1]".to_vec()]);
+    }
+
+    #[test]
+    fn oversize_frames_are_skipped_and_the_next_frame_is_read() {
+        let mut codec = ContentLengthCodec::with_max_frame_size(4);
+        let bytes = b"Content-Length: 10\r\n\r\n0123456789Content-Length: 2\r\n\r\n{}";
+        assert_eq!(
+            decode_all(&mut codec, bytes),
+            vec![
+                Err(FrameError::TooLarge {
+                    len: Some(10),
+                    limit: 4
+                }),
+                Ok(b"{}".to_vec())
+            ]
+        );
+    }
+
+    #[test]
+    fn bad_headers_are_reported_and_skipped() {
+        let mut codec = ContentLengthCodec::new();
+        let out = decode_all(
+            &mut codec,
+            b"Content-Length: x\r\n\r\nContent-Type: a\r\n\r\nContent-Length: 2\r\n\r\n{}",
+        );
+        assert!(matches!(out[0], Err(FrameError::InvalidHeader(_))));
+        assert!(matches!(out[1], Err(FrameError::InvalidHeader(_))));
+        assert_eq!(out[2], Ok(b"{}".to_vec()));
+    }
+
+    #[test]
+    fn garbage_without_terminator_is_bounded() {
+        let mut codec = ContentLengthCodec::new();
+        let mut buf = BytesMut::from(&vec![b'x'; 20_000][..]);
+        assert!(matches!(
+            codec.decode(&mut buf).unwrap(),
+            Some(Err(FrameError::InvalidHeader(_)))
+        ));
+        assert!(buf.len() <= 3);
+    }
+
+    #[test]
+    fn truncated_frame_at_eof() {
+        let mut codec = ContentLengthCodec::new();
+        assert_eq!(
+            decode_all(&mut codec, b"Content-Length: 10\r\n\r\n{}"),
+            vec![Err(FrameError::Truncated)]
+        );
+    }
+}
