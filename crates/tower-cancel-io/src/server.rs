@@ -123,6 +123,9 @@ where
     }
 
     /// Serve the connection over standard input and output until standard input closes.
+    ///
+    /// To stop before that (LSP's `exit`), end the process with [`std::process::exit`]: tokio reads standard input
+    /// on a blocking thread that only ends when the input closes, so a runtime being dropped waits for it.
     pub async fn serve_stdio(self, framing: Framing) -> io::Result<()> {
         self.serve(tokio::io::stdin(), tokio::io::stdout(), framing)
             .await

@@ -1,0 +1,121 @@
+//! Shared pieces of the example servers: the sleep handler's counters, logging, flags.
+
+use std::{
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
+
+use serde_json::{json, Value};
+use tower_cancel::{Registry, Request};
+
+/// Counters of the sleep handlers, shared by every request of a server.
+#[derive(Clone, Debug, Default)]
+pub struct SleepStats {
+    inner: Arc<Counters>,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    started: AtomicU64,
+    completed: AtomicU64,
+    cancelled: AtomicU64,
+}
+
+/// Counts one run of a handler: `started` when made, `completed` on [`Run::finish`], `cancelled` if dropped
+/// before that (the handler's future was dropped: it was stopped).
+#[derive(Debug)]
+pub struct Run {
+    stats: SleepStats,
+    finished: bool,
+}
+
+impl Run {
+    /// The handler finished normally.
+    pub fn finish(mut self) {
+        self.finished = true;
+        self.stats.inner.completed.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.stats.inner.cancelled.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+impl SleepStats {
+    /// Start counting a run.
+    pub fn start(&self) -> Run {
+        self.inner.started.fetch_add(1, Ordering::SeqCst);
+        Run {
+            stats: self.clone(),
+            finished: false,
+        }
+    }
+
+    /// The counters as the examples answer them. `inFlight` counts the requests of the connection's registry
+    /// other than `req` itself.
+    pub fn to_json(&self, req: &Request) -> Value {
+        let registry = req.extensions().get::<Registry>();
+        let in_flight = registry.map_or(0, |r| {
+            let own = req.id().is_some_and(|id| r.contains(id));
+            r.len() - usize::from(own)
+        });
+        json!({
+            "started": self.inner.started.load(Ordering::SeqCst),
+            "completed": self.inner.completed.load(Ordering::SeqCst),
+            "cancelled": self.inner.cancelled.load(Ordering::SeqCst),
+            "inFlight": in_flight,
+        })
+    }
+}
+
+/// The params of the sleep handlers: `{"ms": N}`.
+#[derive(Debug, serde::Deserialize)]
+pub struct SleepParams {
+    /// How long to sleep, in milliseconds.
+    pub ms: u64,
+}
+
+/// The sleep handler: waits `ms` milliseconds and answers `{"slept": ms}`. Cancelling the request drops this
+/// future at its `.await`, which the [`Run`] guard counts.
+pub async fn sleep(stats: &SleepStats, SleepParams { ms }: SleepParams) -> Value {
+    let run = stats.start();
+    tokio::time::sleep(Duration::from_millis(ms)).await;
+    run.finish();
+    json!({ "slept": ms })
+}
+
+/// Log to standard error (standard output carries the protocol). `RUST_LOG` sets the level (default `info`).
+pub fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .init();
+}
+
+/// Whether `--flag` was given.
+pub fn flag(name: &str) -> bool {
+    std::env::args().any(|a| a == name)
+}
+
+/// The value of `--name N`, or `default`.
+pub fn number_arg(name: &str, default: u64) -> u64 {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .map(|v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("{name} takes a number, got {v:?}"))
+        })
+        .unwrap_or(default)
+}
