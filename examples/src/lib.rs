@@ -24,6 +24,17 @@ struct Counters {
     cancelled: AtomicU64,
 }
 
+/// The sleep handlers' counters at one moment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Snapshot {
+    /// Handlers that began running.
+    pub started: u64,
+    /// Handlers that finished normally.
+    pub completed: u64,
+    /// Handlers stopped before finishing.
+    pub cancelled: u64,
+}
+
 /// Counts one run of a handler: `started` when made, `completed` on [`Run::finish`], `cancelled` if dropped
 /// before that (the handler's future was dropped: it was stopped).
 #[derive(Debug)]
@@ -58,6 +69,15 @@ impl SleepStats {
         }
     }
 
+    /// The counters now.
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            started: self.inner.started.load(Ordering::SeqCst),
+            completed: self.inner.completed.load(Ordering::SeqCst),
+            cancelled: self.inner.cancelled.load(Ordering::SeqCst),
+        }
+    }
+
     /// The counters as the examples answer them. `inFlight` counts the requests of the connection's registry
     /// other than `req` itself.
     pub fn to_json(&self, req: &Request) -> Value {
@@ -66,10 +86,15 @@ impl SleepStats {
             let own = req.id().is_some_and(|id| r.contains(id));
             r.len() - usize::from(own)
         });
+        let Snapshot {
+            started,
+            completed,
+            cancelled,
+        } = self.snapshot();
         json!({
-            "started": self.inner.started.load(Ordering::SeqCst),
-            "completed": self.inner.completed.load(Ordering::SeqCst),
-            "cancelled": self.inner.cancelled.load(Ordering::SeqCst),
+            "started": started,
+            "completed": completed,
+            "cancelled": cancelled,
             "inFlight": in_flight,
         })
     }

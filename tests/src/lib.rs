@@ -1,1 +1,613 @@
+//! The shared harness of the cross-crate integration tests.
+//!
+//! Every test drives a real connection: a [`Server`] serving a [`CancelStack`] over in-memory pipes (or a Unix
+//! socket pair), and a client ([`Conn`]) that writes raw frames, byte for byte as a peer would, and reads the
+//! replies off the wire, checking their framing. The handler behind the stack is a [`Probe`]: it reports which
+//! requests started, how each one ended (finished, or stopped by having its future dropped) and the cancel reason
+//! it saw, so a test can assert what a user sees: the exact reply, the handler stopped, the tables empty.
+//!
+//! All tests run on tokio's paused clock (`#[tokio::test(start_paused = true)]`): time only moves when every task
+//! is idle, straight to the next timer, so timings are exact and nothing waits on the wall clock.
+//!
+//! # The probe's methods
+//!
+//! | method | what the handler does |
+//! |---|---|
+//! | `initialize` | sleeps `params.ms` milliseconds (0 if absent), panics if `params.panic` is `true`, else answers `{"capabilities":{}}` |
+//! | `echo` | answers its params (`null` if none) |
+//! | `sleep` | sleeps `params.ms` milliseconds, answers `{"slept":ms}` |
+//! | `hang` | never answers; it ends only when its future is dropped |
+//! | `partial` | waits for its token, answers `{"partial":true}` (a cooperative handler) |
+//! | `wind_down_error` | waits for its token, answers the error -32801 "Content modified" |
+//! | `panic` | panics |
+//! | anything else | -32601 |
+//!
+//! Notifications that reach the handler are recorded ([`Probe::notifications`]) and never answered; the
+//! notification `panic` panics.
 
+use std::{
+    collections::BTreeSet,
+    io,
+    sync::{Arc, Mutex, MutexGuard},
+    time::Duration,
+};
+
+use serde_json::{json, Value};
+use tokio::{
+    io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader},
+    sync::mpsc,
+    task::JoinHandle,
+};
+use tower::{service_fn, util::BoxCloneService, Service, ServiceBuilder};
+use tower_cancel::{
+    dialect::AcpDraft, BoxError, CancelReason, CancelStack, ErrorObject, Id, Registry, Request,
+    RequestContext, Response,
+};
+use tower_cancel_io::{Framing, Server};
+
+/// How long (virtual time) the client waits for a frame before the test fails. Longer than any handler of the
+/// suite sleeps, so it only fires when a reply is really missing; on the paused clock it costs nothing.
+pub const PATIENCE: Duration = Duration::from_secs(3600);
+
+/// The size of each in-memory pipe.
+const PIPE_SIZE: usize = 64 * 1024;
+
+/// The handler service the probe builds.
+pub type Handler = BoxCloneService<Request, Value, BoxError>;
+
+/// How a handler's request ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum End {
+    /// The handler returned.
+    Finished,
+    /// The handler's future was dropped before it returned (or it panicked).
+    Stopped,
+}
+
+/// What the probe saw of one request: how it ended and the cancel reason its context held at that moment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ended {
+    /// The request's id.
+    pub id: Id,
+    /// The request's method.
+    pub method: String,
+    /// Whether the handler returned or was stopped.
+    pub end: End,
+    /// The request's cancel reason when it ended (`None` if it was not cancelled).
+    pub reason: Option<CancelReason>,
+}
+
+impl Ended {
+    /// A handler that was stopped for `reason`.
+    pub fn stopped(id: impl Into<Id>, method: &str, reason: Option<CancelReason>) -> Self {
+        Self {
+            id: id.into(),
+            method: method.to_owned(),
+            end: End::Stopped,
+            reason,
+        }
+    }
+
+    /// A handler that returned, its request cancelled for `reason` (or not cancelled: `None`).
+    pub fn finished(id: impl Into<Id>, method: &str, reason: Option<CancelReason>) -> Self {
+        Self {
+            id: id.into(),
+            method: method.to_owned(),
+            end: End::Finished,
+            reason,
+        }
+    }
+}
+
+/// A handler started: its id and method.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Started {
+    /// The request's id.
+    pub id: Id,
+    /// The request's method.
+    pub method: String,
+}
+
+/// The test handler and what it observed. Cloning gives another handle to the same observations.
+#[derive(Clone, Debug)]
+pub struct Probe {
+    inner: Arc<ProbeInner>,
+}
+
+#[derive(Debug)]
+struct ProbeInner {
+    log: Mutex<Log>,
+    started_tx: mpsc::UnboundedSender<Started>,
+    started_rx: tokio::sync::Mutex<mpsc::UnboundedReceiver<Started>>,
+    notified_tx: mpsc::UnboundedSender<(String, Value)>,
+    notified_rx: tokio::sync::Mutex<mpsc::UnboundedReceiver<(String, Value)>>,
+}
+
+#[derive(Debug, Default)]
+struct Log {
+    started: Vec<Started>,
+    ended: Vec<Ended>,
+    notifications: Vec<(String, Value)>,
+}
+
+impl Default for Probe {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Probe {
+    /// A probe that has seen nothing yet.
+    pub fn new() -> Self {
+        let (started_tx, started_rx) = mpsc::unbounded_channel();
+        let (notified_tx, notified_rx) = mpsc::unbounded_channel();
+        Self {
+            inner: Arc::new(ProbeInner {
+                log: Mutex::default(),
+                started_tx,
+                started_rx: tokio::sync::Mutex::new(started_rx),
+                notified_tx,
+                notified_rx: tokio::sync::Mutex::new(notified_rx),
+            }),
+        }
+    }
+
+    /// The handler service (see the [crate docs](crate) for its methods).
+    pub fn service(&self) -> Handler {
+        let probe = self.clone();
+        BoxCloneService::new(service_fn(move |req: Request| {
+            let probe = probe.clone();
+            // Everything happens inside the future: a handler "starts" when its future is first polled, which for
+            // a request queued behind backpressure is only once the inner service was ready and called.
+            async move { probe.handle(req).await }
+        }))
+    }
+
+    async fn handle(self, req: Request) -> Result<Value, BoxError> {
+        let params: Value = req.params_as().unwrap_or(Value::Null);
+        let Some(id) = req.id().cloned() else {
+            assert_ne!(req.method(), "panic", "the test handler panics on purpose");
+            let note = (req.method().to_owned(), params);
+            self.log().notifications.push(note.clone());
+            let _ = self.inner.notified_tx.send(note);
+            return Ok(Value::Null);
+        };
+        let ctx = req.context().cloned();
+        let mut guard = Guard {
+            probe: self.clone(),
+            id: id.clone(),
+            method: req.method().to_owned(),
+            ctx: ctx.clone(),
+            finished: false,
+        };
+        let started = Started {
+            id,
+            method: req.method().to_owned(),
+        };
+        self.log().started.push(started.clone());
+        let _ = self.inner.started_tx.send(started);
+
+        let ms = params.get("ms").and_then(Value::as_u64).unwrap_or(0);
+        let result: Result<Value, BoxError> = match req.method() {
+            "initialize" => {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                assert_ne!(params["panic"], true, "the test handler panics on purpose");
+                Ok(json!({ "capabilities": {} }))
+            }
+            "echo" => Ok(params),
+            "sleep" => {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                Ok(json!({ "slept": ms }))
+            }
+            "hang" => std::future::pending().await,
+            "partial" => {
+                ctx.as_ref()
+                    .expect("behind a CancelLayer")
+                    .cancelled()
+                    .await;
+                Ok(json!({ "partial": true }))
+            }
+            "wind_down_error" => {
+                ctx.as_ref()
+                    .expect("behind a CancelLayer")
+                    .cancelled()
+                    .await;
+                Err(ErrorObject::new(-32801, "Content modified").into())
+            }
+            "panic" => panic!("the test handler panics on purpose"),
+            other => Err(ErrorObject::method_not_found(other).into()),
+        };
+        guard.finished = true;
+        result
+    }
+
+    fn log(&self) -> MutexGuard<'_, Log> {
+        self.inner.log.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// How many handlers started.
+    pub fn started(&self) -> usize {
+        self.log().started.len()
+    }
+
+    /// The handlers that started, in order.
+    pub fn started_list(&self) -> Vec<Started> {
+        self.log().started.clone()
+    }
+
+    /// How every handler that started has ended so far, in the order they ended.
+    pub fn ended(&self) -> Vec<Ended> {
+        self.log().ended.clone()
+    }
+
+    /// How the handler of request `id` ended, if it did.
+    pub fn ended_of(&self, id: impl Into<Id>) -> Option<Ended> {
+        let id = id.into();
+        self.log().ended.iter().find(|e| e.id == id).cloned()
+    }
+
+    /// How many handlers started and have not ended.
+    pub fn running(&self) -> usize {
+        let log = self.log();
+        log.started.len() - log.ended.len()
+    }
+
+    /// The notifications that reached the handler, in order.
+    pub fn notifications(&self) -> Vec<(String, Value)> {
+        self.log().notifications.clone()
+    }
+
+    /// Wait until the handler of request `id` has started (the deterministic signal to send a cancel on).
+    /// Start signals of other requests met on the way are consumed.
+    pub async fn wait_started(&self, id: impl Into<Id>) {
+        let id = id.into();
+        let mut rx = self.inner.started_rx.lock().await;
+        let wait = async {
+            while let Some(started) = rx.recv().await {
+                if started.id == id {
+                    return;
+                }
+            }
+            panic!("the probe is alive");
+        };
+        tokio::time::timeout(PATIENCE, wait)
+            .await
+            .unwrap_or_else(|_| panic!("handler {id} never started"));
+    }
+
+    /// Wait until the next notification reaches the handler.
+    pub async fn wait_notification(&self) -> (String, Value) {
+        let mut rx = self.inner.notified_rx.lock().await;
+        tokio::time::timeout(PATIENCE, rx.recv())
+            .await
+            .expect("no notification reached the handler")
+            .expect("the probe is alive")
+    }
+}
+
+/// Records how a handler ended, whichever way it ends: returning, its future dropped, or a panic.
+struct Guard {
+    probe: Probe,
+    id: Id,
+    method: String,
+    ctx: Option<RequestContext>,
+    finished: bool,
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let ended = Ended {
+            id: self.id.clone(),
+            method: std::mem::take(&mut self.method),
+            end: if self.finished {
+                End::Finished
+            } else {
+                End::Stopped
+            },
+            reason: self.ctx.as_ref().and_then(RequestContext::reason),
+        };
+        self.probe.log().ended.push(ended);
+    }
+}
+
+/// A registry's counters, minus the in-flight count (which must be 0 at the end of every test, and is checked by
+/// [`Conn::finish`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Requests registered.
+    pub registered: u64,
+    /// Registered requests whose handler's outcome was the reply.
+    pub completed: u64,
+    /// Registered requests that ended cancelled.
+    pub cancelled: u64,
+    /// Cancels that arrived for an id not in flight.
+    pub early_cancels: u64,
+    /// Early cancels remembered now.
+    pub remembered: usize,
+}
+
+impl Counts {
+    /// The counters of `registry` now.
+    pub fn of(registry: &Registry) -> Self {
+        let stats = registry.stats();
+        Self {
+            registered: stats.registered,
+            completed: stats.completed,
+            cancelled: stats.cancelled,
+            early_cancels: stats.early_cancels,
+            remembered: stats.remembered,
+        }
+    }
+}
+
+/// A connection to a [`Server`] running in its own task, seen from the peer's side.
+pub struct Conn {
+    framing: Framing,
+    writer: Option<Box<dyn AsyncWrite + Send + Unpin>>,
+    reader: Option<BufReader<Box<dyn AsyncRead + Send + Unpin>>>,
+    registry: Registry,
+    server: Option<JoinHandle<io::Result<()>>>,
+}
+
+impl std::fmt::Debug for Conn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Conn")
+            .field("framing", &self.framing)
+            .field("registry", &self.registry)
+            .finish()
+    }
+}
+
+/// The bounds a service needs to be served in a spawned task.
+pub trait Served:
+    Service<Request, Response = Option<Response>, Error = Self::E, Future = Self::F> + Send + 'static
+{
+    /// The service's error.
+    type E: Into<BoxError> + Send + 'static;
+    /// The service's future.
+    type F: Send + 'static;
+}
+
+impl<S> Served for S
+where
+    S: Service<Request, Response = Option<Response>> + Send + 'static,
+    S::Error: Into<BoxError> + Send + 'static,
+    S::Future: Send + 'static,
+{
+    type E = S::Error;
+    type F = S::Future;
+}
+
+impl Conn {
+    /// Serve `server` over a pair of in-memory pipes (one per direction, so the client can close its sending side
+    /// alone, as a peer closing its stdout does).
+    pub fn start<S: Served>(server: Server<S>, framing: Framing) -> Self {
+        let (client_out, server_in) = tokio::io::duplex(PIPE_SIZE);
+        let (server_out, client_in) = tokio::io::duplex(PIPE_SIZE);
+        Self::over(
+            server,
+            framing,
+            (server_in, server_out),
+            (client_in, client_out),
+        )
+    }
+
+    /// Serve `server` over any pair of streams: the server reads `server_io.0` and writes `server_io.1`; the client
+    /// reads `client_io.0` and writes `client_io.1`.
+    pub fn over<S, SR, SW, CR, CW>(
+        server: Server<S>,
+        framing: Framing,
+        server_io: (SR, SW),
+        client_io: (CR, CW),
+    ) -> Self
+    where
+        S: Served,
+        SR: AsyncRead + Unpin + Send + 'static,
+        SW: AsyncWrite + Unpin + Send + 'static,
+        CR: AsyncRead + Unpin + Send + 'static,
+        CW: AsyncWrite + Unpin + Send + 'static,
+    {
+        let registry = server.registry().clone();
+        let (server_reader, server_writer) = server_io;
+        let task = tokio::spawn(server.serve(server_reader, server_writer, framing));
+        let (client_reader, client_writer) = client_io;
+        let reader: Box<dyn AsyncRead + Send + Unpin> = Box::new(client_reader);
+        Self {
+            framing,
+            writer: Some(Box::new(client_writer)),
+            reader: Some(BufReader::new(reader)),
+            registry,
+            server: Some(task),
+        }
+    }
+
+    /// The LSP stack (`Content-Length` framing) over `probe`'s handler.
+    pub fn lsp(probe: &Probe) -> Self {
+        Self::serve(CancelStack::lsp(), probe, Framing::ContentLength)
+    }
+
+    /// The ACP stack (NDJSON) over `probe`'s handler.
+    pub fn acp(probe: &Probe) -> Self {
+        Self::serve(CancelStack::acp(), probe, Framing::Ndjson)
+    }
+
+    /// The ACP draft stack, declared (NDJSON), over `probe`'s handler.
+    pub fn acp_draft(probe: &Probe) -> Self {
+        Self::serve(CancelStack::acp_draft(), probe, Framing::Ndjson)
+    }
+
+    /// The ACP draft stack with this side's declaration given (NDJSON), over `probe`'s handler.
+    pub fn acp_draft_declared(probe: &Probe, declared: bool) -> Self {
+        let stack = CancelStack::new(AcpDraft::new().declared(declared));
+        Self::serve(stack, probe, Framing::Ndjson)
+    }
+
+    /// The MCP stack (NDJSON) over `probe`'s handler.
+    pub fn mcp(probe: &Probe) -> Self {
+        Self::serve(CancelStack::mcp(), probe, Framing::Ndjson)
+    }
+
+    /// `stack` over `probe`'s handler, served with a default [`Server`].
+    pub fn serve<L>(stack: L, probe: &Probe, framing: Framing) -> Self
+    where
+        L: tower::Layer<Handler>,
+        L::Service: Served,
+    {
+        let service = ServiceBuilder::new().layer(stack).service(probe.service());
+        Self::start(Server::new(service), framing)
+    }
+
+    /// The connection's registry.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// The registry's counters now.
+    pub fn counts(&self) -> Counts {
+        Counts::of(&self.registry)
+    }
+
+    /// Send one message, framed exactly as a peer frames it: `Content-Length: N\r\n\r\n` + the bytes, or the bytes
+    /// and a newline.
+    pub async fn send(&mut self, message: &str) {
+        let frame = self.frame(message);
+        self.send_raw(frame.as_bytes()).await;
+    }
+
+    /// Send several messages in one write, so the server reads them back to back.
+    pub async fn send_together(&mut self, messages: &[&str]) {
+        let frames: String = messages.iter().map(|m| self.frame(m)).collect();
+        self.send_raw(frames.as_bytes()).await;
+    }
+
+    /// `message` framed for this connection.
+    pub fn frame(&self, message: &str) -> String {
+        match self.framing {
+            Framing::ContentLength => {
+                format!("Content-Length: {}\r\n\r\n{message}", message.len())
+            }
+            Framing::Ndjson => {
+                assert!(!message.contains('\n'), "one line per message: {message}");
+                format!("{message}\n")
+            }
+        }
+    }
+
+    /// Write raw bytes, exactly as given.
+    pub async fn send_raw(&mut self, bytes: &[u8]) {
+        let writer = self.writer.as_mut().expect("the sending side is open");
+        writer.write_all(bytes).await.expect("the server reads");
+        writer.flush().await.expect("the server reads");
+    }
+
+    /// The next reply on the wire, as its exact JSON text. Fails the test if none comes within [`PATIENCE`] or
+    /// the server closed the connection.
+    pub async fn recv(&mut self) -> String {
+        tokio::time::timeout(PATIENCE, self.read_frame())
+            .await
+            .expect("no reply within the patience")
+            .expect("the server closed the connection instead of replying")
+    }
+
+    /// The next reply, parsed.
+    pub async fn recv_json(&mut self) -> Value {
+        let text = self.recv().await;
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("reply is not JSON ({e}): {text}"))
+    }
+
+    /// Assert that the next reply on the wire is exactly `reply`.
+    pub async fn expect(&mut self, reply: &str) {
+        assert_eq!(self.recv().await, reply);
+    }
+
+    /// Read one frame and check its framing; `None` at the end of the stream.
+    async fn read_frame(&mut self) -> Option<String> {
+        let reader = self.reader.as_mut().expect("the receiving side is open");
+        let body = match self.framing {
+            Framing::ContentLength => {
+                let mut header = String::new();
+                if reader.read_line(&mut header).await.expect("read") == 0 {
+                    return None;
+                }
+                let len: usize = header
+                    .strip_prefix("Content-Length: ")
+                    .and_then(|rest| rest.strip_suffix("\r\n"))
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or_else(|| panic!("bad header line {header:?}"));
+                let mut blank = String::new();
+                reader.read_line(&mut blank).await.expect("read");
+                assert_eq!(blank, "\r\n", "one header, then a blank line");
+                let mut body = vec![0; len];
+                reader.read_exact(&mut body).await.expect("a whole body");
+                body
+            }
+            Framing::Ndjson => {
+                let mut line = Vec::new();
+                if reader.read_until(b'\n', &mut line).await.expect("read") == 0 {
+                    return None;
+                }
+                assert_eq!(line.pop(), Some(b'\n'), "a whole line");
+                assert!(!line.contains(&b'\r'), "no carriage return");
+                line
+            }
+        };
+        Some(String::from_utf8(body).expect("replies are UTF-8"))
+    }
+
+    /// Close the client's sending side: the server reads the end of the stream (the peer hung up).
+    pub fn close(&mut self) {
+        self.writer = None;
+    }
+
+    /// Close the sending side, read every reply the server still writes until it closes the connection, wait for
+    /// `serve` to return `Ok`, and check that the registry is empty. Returns the replies read.
+    pub async fn finish(mut self) -> Vec<String> {
+        self.close();
+        let mut rest = Vec::new();
+        loop {
+            let frame = tokio::time::timeout(PATIENCE, self.read_frame())
+                .await
+                .expect("the server did not close the connection");
+            match frame {
+                Some(frame) => rest.push(frame),
+                None => break,
+            }
+        }
+        self.join().await;
+        rest
+    }
+
+    /// [`finish`](Conn::finish), asserting that no reply comes after the ones the test already read.
+    pub async fn finish_quiet(self) {
+        let rest = self.finish().await;
+        assert!(rest.is_empty(), "unexpected replies: {rest:#?}");
+    }
+
+    /// Drop both sides of the connection at once (the peer vanished), wait for `serve` to return `Ok`, and check
+    /// that the registry is empty.
+    pub async fn vanish(mut self) {
+        self.writer = None;
+        self.reader = None;
+        self.join().await;
+    }
+
+    async fn join(&mut self) {
+        let server = self.server.take().expect("joined once");
+        tokio::time::timeout(PATIENCE, server)
+            .await
+            .expect("serve did not return")
+            .expect("serve panicked")
+            .expect("serve returned an error");
+        assert!(
+            self.registry.is_empty(),
+            "registry not empty: {:?}",
+            self.registry
+        );
+        assert_eq!(self.registry.stats().in_flight, 0);
+    }
+}
+
+/// The set of a list of replies, for replies whose order on the wire is not defined.
+pub fn set_of(replies: impl IntoIterator<Item = impl Into<String>>) -> BTreeSet<String> {
+    replies.into_iter().map(Into::into).collect()
+}

@@ -9,34 +9,43 @@ use std::{
 use pin_project_lite::pin_project;
 use tokio::time::Sleep;
 use tokio_util::sync::WaitForCancellationFutureOwned;
+use tower::util::Oneshot;
+use tower_service::Service;
 
 use super::{Cancelled, Mode};
 use crate::{
     context::CancelReason,
     lifecycle::Lifecycle,
+    message::Request,
     registry::{Registration, Registry},
     BoxError,
 };
 
 pin_project! {
     /// Response future of [`Cancel`](super::Cancel).
-    pub struct ResponseFuture<F, T> {
+    pub struct ResponseFuture<S>
+    where
+        S: Service<Request>,
+    {
         #[pin]
-        kind: Kind<F, T>,
+        kind: Kind<S>,
     }
 }
 
 pin_project! {
     #[project = KindProj]
-    enum Kind<F, T> {
+    enum Kind<S>
+    where
+        S: Service<Request>,
+    {
         // A cancel notification or an early error: nothing to wait for.
-        Ready { result: Option<Result<T, BoxError>> },
-        // A request that cannot be cancelled (a notification, `initialize`): just the inner future. For
+        Ready { result: Option<Result<S::Response, BoxError>> },
+        // A request that cannot be cancelled (a notification, `initialize`): just the inner service. For
         // `initialize`, `initializes` marks the scope's session initialized when it succeeds.
-        Passthrough { #[pin] inner: F, initializes: Option<Registry> },
+        Passthrough { #[pin] inner: Oneshot<S, Request>, initializes: Option<Registry> },
         Racing {
             #[pin]
-            inner: Option<F>,
+            call: Call<S>,
             #[pin]
             cancelled: WaitForCancellationFutureOwned,
             #[pin]
@@ -50,8 +59,23 @@ pin_project! {
     }
 }
 
-impl<F, T> ResponseFuture<F, T> {
-    pub(crate) fn ready(result: Result<T, BoxError>) -> Self {
+pin_project! {
+    // Readiness, then the call: like `Oneshot`, but the state says whether the handler exists yet. A request
+    // cancelled while it waits for readiness (queued behind backpressure) has no handler to wind down, so it is
+    // dropped at once in every mode and never runs.
+    #[project = CallProj]
+    enum Call<S>
+    where
+        S: Service<Request>,
+    {
+        Waiting { service: S, request: Option<Request> },
+        Called { #[pin] future: S::Future },
+        Done,
+    }
+}
+
+impl<S: Service<Request>> ResponseFuture<S> {
+    pub(crate) fn ready(result: Result<S::Response, BoxError>) -> Self {
         Self {
             kind: Kind::Ready {
                 result: Some(result),
@@ -59,14 +83,15 @@ impl<F, T> ResponseFuture<F, T> {
         }
     }
 
-    pub(crate) fn passthrough(inner: F, initializes: Option<Registry>) -> Self {
+    pub(crate) fn passthrough(inner: Oneshot<S, Request>, initializes: Option<Registry>) -> Self {
         Self {
             kind: Kind::Passthrough { inner, initializes },
         }
     }
 
     pub(crate) fn racing(
-        inner: F,
+        service: S,
+        request: Request,
         lifecycle: Arc<Lifecycle>,
         registration: Registration,
         mode: Mode,
@@ -74,7 +99,10 @@ impl<F, T> ResponseFuture<F, T> {
     ) -> Self {
         Self {
             kind: Kind::Racing {
-                inner: Some(inner),
+                call: Call::Waiting {
+                    service,
+                    request: Some(request),
+                },
                 cancelled: lifecycle.token().clone().cancelled_owned(),
                 grace: None,
                 lifecycle,
@@ -86,7 +114,7 @@ impl<F, T> ResponseFuture<F, T> {
     }
 }
 
-impl<F, T> fmt::Debug for ResponseFuture<F, T> {
+impl<S: Service<Request>> fmt::Debug for ResponseFuture<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match &self.kind {
             Kind::Ready { .. } => "ready",
@@ -99,12 +127,12 @@ impl<F, T> fmt::Debug for ResponseFuture<F, T> {
     }
 }
 
-impl<F, T, E> Future for ResponseFuture<F, T>
+impl<S> Future for ResponseFuture<S>
 where
-    F: Future<Output = Result<T, E>>,
-    E: Into<BoxError>,
+    S: Service<Request>,
+    S::Error: Into<BoxError>,
 {
-    type Output = Result<T, BoxError>;
+    type Output = Result<S::Response, BoxError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().kind.project() {
@@ -119,7 +147,7 @@ where
                 Poll::Ready(output.map_err(Into::into))
             }
             KindProj::Racing {
-                mut inner,
+                mut call,
                 cancelled,
                 mut grace,
                 lifecycle,
@@ -131,30 +159,41 @@ where
                 let is_cancelled = lifecycle.is_cancelled() || cancelled.poll(cx).is_ready();
                 if is_cancelled && grace.is_none() {
                     match *mode {
-                        Mode::Abort => {
+                        Mode::Cooperative { grace: period }
+                            if matches!(*call, Call::Called { .. }) =>
+                        {
+                            grace.set(Some(tokio::time::sleep(period)));
+                        }
+                        Mode::Abort | Mode::Cooperative { .. } => {
                             // Dropping the inner future stops the handler wherever it was parked.
-                            inner.set(None);
+                            call.set(Call::Done);
                             registration.take();
                             return Poll::Ready(Err(cancelled_error(lifecycle)));
-                        }
-                        Mode::Cooperative { grace: period } => {
-                            grace.set(Some(tokio::time::sleep(period)));
                         }
                     }
                 }
                 if let Some(sleep) = grace.as_mut().as_pin_mut() {
                     if sleep.poll(cx).is_ready() {
-                        inner.set(None);
+                        call.set(Call::Done);
                         registration.take();
                         return Poll::Ready(Err(cancelled_error(lifecycle)));
                     }
                 }
-                let fut = inner
-                    .as_mut()
-                    .as_pin_mut()
-                    .expect("polled after completion");
-                let output = ready!(fut.poll(cx));
-                inner.set(None);
+                let output = loop {
+                    match call.as_mut().project() {
+                        CallProj::Waiting { service, request } => {
+                            if let Err(error) = ready!(service.poll_ready(cx)) {
+                                break Err(error);
+                            }
+                            let request = request.take().expect("called once");
+                            let future = service.call(request);
+                            call.set(Call::Called { future });
+                        }
+                        CallProj::Called { future } => break ready!(future.poll(cx)),
+                        CallProj::Done => panic!("polled after completion"),
+                    }
+                };
+                call.set(Call::Done);
                 let result = if lifecycle.complete() {
                     output.map_err(Into::into)
                 } else if *partial_allowed && grace.is_some() {

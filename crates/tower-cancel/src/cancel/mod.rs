@@ -51,7 +51,7 @@ use std::{
     task::{Context, Poll},
 };
 
-use tower::{util::Oneshot, ServiceExt};
+use tower::ServiceExt;
 use tower_service::Service;
 
 pub use self::{
@@ -117,7 +117,7 @@ where
 {
     type Response = S::Response;
     type Error = BoxError;
-    type Future = ResponseFuture<Oneshot<S, Request>, S::Response>;
+    type Future = ResponseFuture<S>;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         // Always ready, so that cancel notifications are never stuck behind backpressure: each request waits for
@@ -132,7 +132,8 @@ where
             .unwrap_or(&self.registry)
             .clone();
         let session = registry.session();
-        // The clone takes the readiness-free copy of the inner service into the request's own future.
+        // The clone takes the readiness-free copy of the inner service into the request's own future, which
+        // waits for readiness there (raced against the request's token) and then calls it.
         let inner = self.inner.clone();
 
         let Some(id) = req.id().cloned() else {
@@ -176,7 +177,8 @@ where
         }
         match registry.register(lifecycle.clone()) {
             Ok(registration) => ResponseFuture::racing(
-                inner.oneshot(req),
+                inner,
+                req,
                 lifecycle,
                 registration,
                 self.mode,

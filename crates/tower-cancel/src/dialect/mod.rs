@@ -92,5 +92,12 @@ pub(crate) fn request_cancelled(message: &str) -> CancelledReply {
 
 /// Read `params` of a cancel notification into `T`, or `None` if they have the wrong shape.
 pub(crate) fn cancel_params<T: serde::de::DeserializeOwned>(notification: &Request) -> Option<T> {
+    // Every dialect's cancel params are an object. serde's derived `Deserialize` for a struct also accepts a JSON
+    // array (by position), so without this check `[7]` would cancel request 7: a shape no protocol allows, which
+    // must be ignored like any other malformed cancel.
+    let raw = notification.params()?.get();
+    if !raw.trim_start().starts_with('{') {
+        return None;
+    }
     notification.params_as().ok()
 }

@@ -1,0 +1,222 @@
+//! Closing the connection cancels everything in flight with reason `Disconnect`; `serve` returns `Ok` and the
+//! registry is empty.
+
+use std::time::Duration;
+
+use tests::{set_of, Conn, Counts, End, Ended, Probe};
+use tokio::time::Instant;
+use tower::ServiceBuilder;
+use tower_cancel::{CancelReason, CancelStack};
+use tower_cancel_io::{Framing, Server};
+
+fn stopped_by_disconnect(probe: &Probe, ids: &[i64]) {
+    for &id in ids {
+        let ended = probe
+            .ended_of(id)
+            .unwrap_or_else(|| panic!("handler {id} still running"));
+        assert_eq!(ended.end, End::Stopped, "{ended:?}");
+        assert_eq!(ended.reason, Some(CancelReason::Disconnect), "{ended:?}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn lsp_closing_the_sending_side_cancels_everything_in_flight() {
+    let probe = Probe::new();
+    let mut conn = Conn::lsp(&probe);
+    conn.send(r#"{"jsonrpc":"2.0","id":1,"method":"echo"}"#)
+        .await;
+    conn.expect(r#"{"jsonrpc":"2.0","id":1,"result":null}"#)
+        .await;
+    for id in 2..=4 {
+        conn.send(&format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"hang"}}"#))
+            .await;
+        probe.wait_started(id).await;
+    }
+    assert_eq!(conn.registry().len(), 3);
+    let counts_before = conn.counts();
+
+    // The peer closes its end (as a client closing the server's stdin); it still reads what the server writes.
+    let registry = conn.registry().clone();
+    let rest = conn.finish().await;
+    // LSP answers a cancelled request, whatever the source: the replies the server could still write.
+    assert_eq!(
+        set_of(rest),
+        set_of((2..=4).map(|id| format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":-32800,"message":"Request cancelled"}}}}"#
+        )))
+    );
+    stopped_by_disconnect(&probe, &[2, 3, 4]);
+    assert_eq!(probe.running(), 0);
+    assert_eq!(
+        counts_before,
+        Counts {
+            registered: 4,
+            completed: 1,
+            ..Counts::default()
+        }
+    );
+    assert_eq!(
+        Counts::of(&registry),
+        Counts {
+            registered: 4,
+            completed: 1,
+            cancelled: 3,
+            ..Counts::default()
+        }
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn mcp_closing_cancels_everything_in_flight_and_sends_nothing() {
+    let probe = Probe::new();
+    let mut conn = Conn::mcp(&probe);
+    for id in 1..=3 {
+        conn.send(&format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"hang"}}"#))
+            .await;
+        probe.wait_started(id).await;
+    }
+    let registry = conn.registry().clone();
+    conn.finish_quiet().await;
+    stopped_by_disconnect(&probe, &[1, 2, 3]);
+    assert_eq!(
+        Counts::of(&registry),
+        Counts {
+            registered: 3,
+            cancelled: 3,
+            ..Counts::default()
+        }
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_peer_that_vanishes_entirely_is_a_disconnect() {
+    // Both directions dropped at once: the server's replies to the cancelled requests cannot be written, which
+    // is not an error of this side.
+    let probe = Probe::new();
+    let mut conn = Conn::acp(&probe);
+    for id in 1..=2 {
+        conn.send(&format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"hang"}}"#))
+            .await;
+        probe.wait_started(id).await;
+    }
+    let registry = conn.registry().clone();
+    conn.vanish().await;
+    stopped_by_disconnect(&probe, &[1, 2]);
+    assert_eq!(
+        Counts::of(&registry),
+        Counts {
+            registered: 2,
+            cancelled: 2,
+            ..Counts::default()
+        }
+    );
+}
+
+#[cfg(unix)]
+#[tokio::test(start_paused = true)]
+async fn over_a_unix_socket_pair_dropping_the_write_half_is_a_disconnect() {
+    let probe = Probe::new();
+    let service = ServiceBuilder::new()
+        .layer(CancelStack::lsp())
+        .service(probe.service());
+    let (client, server) = tokio::net::UnixStream::pair().unwrap();
+    let mut conn = Conn::over(
+        Server::new(service),
+        Framing::ContentLength,
+        server.into_split(),
+        client.into_split(),
+    );
+    conn.send(r#"{"jsonrpc":"2.0","id":1,"method":"echo","params":"over a socket"}"#)
+        .await;
+    conn.expect(r#"{"jsonrpc":"2.0","id":1,"result":"over a socket"}"#)
+        .await;
+    conn.send(r#"{"jsonrpc":"2.0","id":2,"method":"hang"}"#)
+        .await;
+    probe.wait_started(2).await;
+    let registry = conn.registry().clone();
+    // Dropping the client's `OwnedWriteHalf` shuts the socket down for writing: the server reads EOF.
+    let rest = conn.finish().await;
+    assert_eq!(
+        rest,
+        [r#"{"jsonrpc":"2.0","id":2,"error":{"code":-32800,"message":"Request cancelled"}}"#]
+    );
+    stopped_by_disconnect(&probe, &[2]);
+    assert_eq!(
+        Counts::of(&registry),
+        Counts {
+            registered: 2,
+            completed: 1,
+            cancelled: 1,
+            ..Counts::default()
+        }
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn cooperative_handlers_wind_down_on_disconnect() {
+    let probe = Probe::new();
+    let mut conn = Conn::serve(
+        CancelStack::lsp().cooperative(Duration::from_secs(5)),
+        &probe,
+        Framing::ContentLength,
+    );
+    conn.send(r#"{"jsonrpc":"2.0","id":1,"method":"partial"}"#)
+        .await;
+    probe.wait_started(1).await;
+    let registry = conn.registry().clone();
+    let rest = conn.finish().await;
+    assert_eq!(
+        rest,
+        [r#"{"jsonrpc":"2.0","id":1,"result":{"partial":true}}"#]
+    );
+    assert_eq!(
+        probe.ended(),
+        [Ended::finished(
+            1,
+            "partial",
+            Some(CancelReason::Disconnect)
+        )]
+    );
+    assert_eq!(
+        Counts::of(&registry),
+        Counts {
+            registered: 1,
+            cancelled: 1,
+            ..Counts::default()
+        }
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn what_cannot_be_cancelled_is_dropped_after_the_close_grace() {
+    // `initialize` is never cancellable, so the disconnect does not reach it: it gets the close grace to finish,
+    // and is dropped when the grace is over.
+    let probe = Probe::new();
+    let service = ServiceBuilder::new()
+        .layer(CancelStack::lsp())
+        .service(probe.service());
+    let server = Server::new(service).close_grace(Duration::from_millis(500));
+    let mut conn = Conn::start(server, Framing::ContentLength);
+    conn.send(r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"ms":60000}}"#)
+        .await;
+    probe.wait_started(0).await;
+    let registry = conn.registry().clone();
+    let closed_at = Instant::now();
+    conn.finish_quiet().await;
+    let elapsed = closed_at.elapsed();
+    assert!(
+        elapsed >= Duration::from_millis(500) && elapsed <= Duration::from_millis(501),
+        "{elapsed:?}"
+    );
+    assert_eq!(probe.ended(), [Ended::stopped(0, "initialize", None)]);
+    assert_eq!(Counts::of(&registry), Counts::default(), "never registered");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_connection_closes_cleanly() {
+    let probe = Probe::new();
+    let conn = Conn::mcp(&probe);
+    let registry = conn.registry().clone();
+    conn.finish_quiet().await;
+    assert_eq!(Counts::of(&registry), Counts::default());
+}
