@@ -611,3 +611,7 @@ impl Conn {
 pub fn set_of(replies: impl IntoIterator<Item = impl Into<String>>) -> BTreeSet<String> {
     replies.into_iter().map(Into::into).collect()
 }
+
+/// The README's example, compiled as a doctest so that it stays true.
+#[doc = include_str!("../../README.md")]
+mod readme {}

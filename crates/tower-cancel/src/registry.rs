@@ -8,7 +8,7 @@
 //!
 //! # Invariants
 //!
-//! - An entry lives from registration until its [`Registration`] guard is dropped, which happens on every path:
+//! - An entry lives from registration until the request's future lets go of it, which happens on every path:
 //!   completion, cancellation, a panicking handler, the response future being dropped.
 //! - A cancel for an id that is not registered is remembered in a bounded window (oldest forgotten first), so a
 //!   request that arrives after its own cancel starts out cancelled. The table and the window share one lock, so a

@@ -3,11 +3,11 @@
 //! [`CancelLayer`] sits near the top of the stack (just inside [`ErrorMapLayer`](crate::ErrorMapLayer)):
 //!
 //! - It consumes the dialect's cancel notifications: a cancel for an in-flight request of the same scope cancels
-//!   it with [`CancelReason::Peer`](crate::CancelReason::Peer); a cancel for an unknown id is remembered for a
+//!   it with [`CancelReason::Peer`]; a cancel for an unknown id is remembered for a
 //!   while (the request may still be on its way); a malformed cancel is ignored. Cancel notifications never reach
 //!   the inner service.
 //! - It registers every cancellable request in its scope's [`Registry`] (taken from the request's extensions, put
-//!   there by the transport; else the layer's own) and puts a [`RequestContext`](crate::RequestContext) in the
+//!   there by the transport; else the layer's own) and puts a [`RequestContext`] in the
 //!   request's extensions.
 //! - It races the inner future against the request's token. The first of completion and cancel to reach the
 //!   request's lifecycle wins; the other is a no-op. A cancelled request resolves to a [`Cancelled`] error.
@@ -16,7 +16,7 @@
 //!
 //! The service is always ready. A request waits for the inner service's readiness inside its own future, raced
 //! against its token, so cancels are never stuck behind the requests they target: a request queued behind a
-//! saturated [`ConcurrencyLimit`](tower::limit::ConcurrencyLimit) can be cancelled, and then never runs.
+//! saturated `ConcurrencyLimit` can be cancelled, and then never runs.
 //!
 //! # Modes
 //!
