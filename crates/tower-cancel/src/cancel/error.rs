@@ -11,7 +11,8 @@ pub struct Cancelled {
 }
 
 impl Cancelled {
-    pub(crate) fn new(reason: CancelReason) -> Self {
+    /// A cancellation for `reason`, for layers and services of your own that settle a request as cancelled.
+    pub fn new(reason: CancelReason) -> Self {
         Self { reason }
     }
 

@@ -1,0 +1,147 @@
+//! `CancelLayer` on its own, against a `tower-test` mock service.
+
+use serde_json::{json, Value};
+use tokio_test::{assert_pending, assert_ready, assert_ready_err, assert_ready_ok, task};
+use tower_cancel::{
+    dialect::Lsp, registry::DuplicateId, CancelLayer, CancelReason, Cancelled, Registry, Request,
+};
+use tower_test::mock;
+
+fn in_scope(registry: &Registry, mut req: Request) -> Request {
+    req.extensions_mut().insert(registry.clone());
+    req
+}
+
+fn cancel(registry: &Registry, id: i64) -> Request {
+    in_scope(
+        registry,
+        Request::notification("$/cancelRequest", json!({ "id": id })),
+    )
+}
+
+#[tokio::test]
+async fn always_ready_and_a_queued_request_is_cancelled_without_reaching_the_service() {
+    let (mut service, mut handle) = mock::spawn_layer::<Request, Value, _>(CancelLayer::new(Lsp));
+    let registry = Registry::new();
+    // The inner service is saturated: it accepts nothing.
+    handle.allow(0);
+
+    assert_ready_ok!(service.poll_ready());
+    let mut queued = task::spawn(service.call(in_scope(&registry, Request::new(1, "work", ()))));
+    assert_pending!(queued.poll());
+    assert_eq!(registry.len(), 1);
+
+    // The cancel is not stuck behind the saturated service.
+    assert_ready_ok!(service.poll_ready());
+    let mut cancelled = task::spawn(service.call(cancel(&registry, 1)));
+    assert_eq!(assert_ready_ok!(cancelled.poll()), Value::Null);
+
+    let error = assert_ready_err!(queued.poll());
+    let cancelled = error
+        .downcast_ref::<Cancelled>()
+        .expect("a Cancelled error");
+    assert_eq!(cancelled.reason(), &CancelReason::Peer { reason: None });
+    assert!(registry.is_empty());
+
+    // Capacity comes back: the cancelled request never reaches the service.
+    handle.allow(1);
+    let mut next = task::spawn(handle.next_request());
+    assert_pending!(next.poll());
+    assert_eq!(registry.stats().cancelled, 1);
+}
+
+#[tokio::test]
+async fn a_completion_is_the_one_outcome_and_the_entry_is_removed() {
+    let (mut service, mut handle) = mock::spawn_layer::<Request, Value, _>(CancelLayer::new(Lsp));
+    let registry = Registry::new();
+    assert_ready_ok!(service.poll_ready());
+    let mut response = task::spawn(service.call(in_scope(&registry, Request::new(2, "work", ()))));
+    assert_pending!(response.poll());
+
+    let (request, send) = handle
+        .next_request()
+        .await
+        .expect("the request reached the service");
+    let ctx = request
+        .context()
+        .expect("a context in the extensions")
+        .clone();
+    assert_eq!(ctx.id(), &2.into());
+    send.send_response(json!("done"));
+    assert_eq!(assert_ready_ok!(response.poll()), json!("done"));
+
+    // A cancel that comes later changes nothing.
+    assert_ready_ok!(service.poll_ready());
+    assert_ready_ok!(task::spawn(service.call(cancel(&registry, 2))).poll());
+    assert!(!ctx.is_cancelled());
+    assert!(registry.is_empty());
+    assert_eq!(registry.stats().completed, 1);
+}
+
+#[tokio::test]
+async fn a_cancel_before_its_request_means_the_request_starts_cancelled() {
+    let (mut service, mut handle) = mock::spawn_layer::<Request, Value, _>(CancelLayer::new(Lsp));
+    let registry = Registry::new();
+    assert_ready_ok!(service.poll_ready());
+    assert_ready_ok!(task::spawn(service.call(cancel(&registry, 3))).poll());
+
+    assert_ready_ok!(service.poll_ready());
+    let mut response = task::spawn(service.call(in_scope(&registry, Request::new(3, "work", ()))));
+    assert_ready_err!(response.poll());
+    let mut next = task::spawn(handle.next_request());
+    assert_pending!(next.poll());
+    assert!(registry.is_empty());
+    assert_eq!(registry.stats().remembered, 0);
+}
+
+#[tokio::test]
+async fn an_id_in_flight_is_refused() {
+    let (mut service, _handle) = mock::spawn_layer::<Request, Value, _>(CancelLayer::new(Lsp));
+    let registry = Registry::new();
+    assert_ready_ok!(service.poll_ready());
+    let mut first = task::spawn(service.call(in_scope(&registry, Request::new(4, "work", ()))));
+    assert_pending!(first.poll());
+    assert_ready_ok!(service.poll_ready());
+    let mut second = task::spawn(service.call(in_scope(&registry, Request::new(4, "work", ()))));
+    let error = assert_ready_err!(second.poll());
+    assert_eq!(
+        error.downcast_ref::<DuplicateId>(),
+        Some(&DuplicateId(4.into()))
+    );
+    assert_eq!(registry.len(), 1, "the first request is untouched");
+    drop(first);
+    assert!(
+        registry.is_empty(),
+        "a dropped response future removes its entry"
+    );
+}
+
+#[tokio::test]
+async fn initialize_is_not_cancellable_and_notifications_pass_through() {
+    let (mut service, mut handle) = mock::spawn_layer::<Request, Value, _>(CancelLayer::new(Lsp));
+    let registry = Registry::new();
+    assert_ready_ok!(service.poll_ready());
+    let mut init =
+        task::spawn(service.call(in_scope(&registry, Request::new(0, "initialize", ()))));
+    assert_pending!(init.poll());
+    assert!(registry.is_empty(), "initialize is not registered");
+
+    assert_ready_ok!(service.poll_ready());
+    assert_ready_ok!(task::spawn(service.call(cancel(&registry, 0))).poll());
+    let (_, send) = handle.next_request().await.unwrap();
+    send.send_response(json!({ "capabilities": {} }));
+    assert_eq!(assert_ready_ok!(init.poll()), json!({ "capabilities": {} }));
+    assert!(registry.session().is_initialized());
+
+    assert_ready_ok!(service.poll_ready());
+    let mut note = task::spawn(service.call(in_scope(
+        &registry,
+        Request::notification("initialized", json!({})),
+    )));
+    // The layer hands the request over when its future is first polled.
+    assert_pending!(note.poll());
+    let (request, send) = handle.next_request().await.unwrap();
+    assert_eq!(request.method(), "initialized");
+    send.send_response(Value::Null);
+    assert_ready!(note.poll()).unwrap();
+}

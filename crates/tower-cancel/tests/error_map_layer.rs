@@ -1,0 +1,127 @@
+//! `ErrorMapLayer` on its own: every outcome of the inner service becomes the dialect's reply.
+
+use serde_json::{json, Value};
+use tokio_test::{assert_ready, assert_ready_ok, task};
+use tower::{service_fn, Service, ServiceExt};
+use tower_cancel::{
+    dialect::{Acp, AcpDraft, Lsp, Mcp},
+    registry::DuplicateId,
+    BoxError, CancelReason, Cancelled, Dialect, ErrorMapLayer, ErrorObject, Request, Response,
+};
+use tower_layer::Layer;
+use tower_test::mock;
+
+async fn reply_for<D: Dialect>(dialect: D, outcome: Result<Value, BoxError>) -> Option<Response> {
+    let (mut service, mut handle) =
+        mock::spawn_layer::<Request, Value, _>(ErrorMapLayer::new(dialect));
+    assert_ready_ok!(service.poll_ready());
+    let mut response = task::spawn(service.call(Request::new(9, "m", ())));
+    let (_, send) = handle.next_request().await.unwrap();
+    match outcome {
+        Ok(value) => send.send_response(value),
+        Err(error) => send.send_error(error),
+    }
+    assert_ready_ok!(response.poll())
+}
+
+fn error_reply(code: i64, message: &str) -> Option<Response> {
+    Some(Response::error(
+        Some(9.into()),
+        ErrorObject::new(code, message),
+    ))
+}
+
+#[tokio::test]
+async fn results_and_errors() {
+    assert_eq!(
+        reply_for(Lsp, Ok(json!([1]))).await,
+        Some(Response::ok(9.into(), json!([1])))
+    );
+    let own = ErrorObject::new(-32001, "mine").with_data(json!({ "x": 1 }));
+    assert_eq!(
+        reply_for(Lsp, Err(Box::new(own.clone()))).await,
+        Some(Response::error(Some(9.into()), own))
+    );
+    assert_eq!(
+        reply_for(Lsp, Err(Box::new(DuplicateId(9.into())))).await,
+        error_reply(-32600, "Invalid Request: request id 9 is already in flight")
+    );
+    assert_eq!(
+        reply_for(Lsp, Err("disk on fire".into())).await,
+        error_reply(-32603, "Internal error: disk on fire")
+    );
+}
+
+#[tokio::test]
+async fn cancellation_is_answered_as_each_dialect_says() {
+    let cancelled =
+        || -> Result<Value, BoxError> { Err(Box::new(Cancelled::new(CancelReason::Timeout))) };
+    assert_eq!(
+        reply_for(Lsp, cancelled()).await,
+        error_reply(-32800, "Request cancelled")
+    );
+    assert_eq!(
+        reply_for(Acp, cancelled()).await,
+        error_reply(-32800, "Request cancelled")
+    );
+    assert_eq!(
+        reply_for(AcpDraft::new(), cancelled()).await,
+        error_reply(-32800, "Cancelled")
+    );
+    assert_eq!(reply_for(Mcp, cancelled()).await, None);
+}
+
+#[tokio::test]
+async fn panics_become_internal_errors_and_notifications_get_nothing() {
+    let panicking = ErrorMapLayer::new(Lsp).layer(service_fn(|req: Request| async move {
+        if req.method() == "boom" {
+            panic!("boom");
+        }
+        Err::<Value, BoxError>("failed".into())
+    }));
+    let reply = panicking
+        .clone()
+        .oneshot(Request::new(1, "boom", ()))
+        .await
+        .unwrap();
+    assert_eq!(
+        reply,
+        Some(Response::error(
+            Some(1.into()),
+            ErrorObject::new(-32603, "Internal error: handler panicked")
+        ))
+    );
+    let reply = panicking
+        .oneshot(Request::notification("fails", ()))
+        .await
+        .unwrap();
+    assert_eq!(reply, None);
+
+    // A panic in `call` itself is caught too.
+    struct PanicsInCall;
+    impl Service<Request> for PanicsInCall {
+        type Response = Value;
+        type Error = BoxError;
+        type Future = std::future::Ready<Result<Value, BoxError>>;
+        fn poll_ready(
+            &mut self,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Result<(), BoxError>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+        fn call(&mut self, _: Request) -> Self::Future {
+            panic!("in call")
+        }
+    }
+    let mut service = ErrorMapLayer::new(Lsp).layer(PanicsInCall);
+    let mut reply = task::spawn(service.call(Request::new(2, "m", ())));
+    assert_eq!(
+        assert_ready!(reply.poll())
+            .unwrap()
+            .unwrap()
+            .outcome
+            .unwrap_err()
+            .code,
+        -32603
+    );
+}
