@@ -1,7 +1,9 @@
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{cancel_params, request_cancelled, CancelNotice, CancelledReply, Dialect, Recognized};
+use super::{
+    recognize_cancel, request_cancelled, CancelNotice, CancelledReply, Dialect, Recognized,
+};
 use crate::{
     context::CancelReason,
     message::{Id, Request},
@@ -33,16 +35,12 @@ impl Dialect for Acp {
     }
 
     fn recognize(&self, notification: &Request, _session: &SessionState) -> Recognized {
-        if notification.method() != Self::CANCEL_METHOD {
-            return Recognized::NotACancel;
-        }
-        match cancel_params::<AcpParams>(notification) {
-            Some(p) => Recognized::Cancel(CancelNotice {
+        recognize_cancel(notification, Self::CANCEL_METHOD, |p: AcpParams| {
+            CancelNotice {
                 id: p.request_id,
                 reason: None,
-            }),
-            None => Recognized::Malformed,
-        }
+            }
+        })
     }
 
     fn is_cancellable(&self, method: &str, _session: &SessionState) -> bool {
@@ -134,19 +132,17 @@ impl Dialect for AcpDraft {
     }
 
     fn recognize(&self, notification: &Request, session: &SessionState) -> Recognized {
-        if notification.method() != Self::CANCEL_METHOD
-            || !self.declared
-            || !session.is_initialized()
-        {
+        // A side that did not declare the capability, or a session not yet initialized, does not handle cancels:
+        // the notification goes on to the service like any other.
+        if !self.declared || !session.is_initialized() {
             return Recognized::NotACancel;
         }
-        match cancel_params::<DraftParams>(notification) {
-            Some(p) => Recognized::Cancel(CancelNotice {
+        recognize_cancel(notification, Self::CANCEL_METHOD, |p: DraftParams| {
+            CancelNotice {
                 id: p.id,
                 reason: None,
-            }),
-            None => Recognized::Malformed,
-        }
+            }
+        })
     }
 
     fn is_cancellable(&self, method: &str, session: &SessionState) -> bool {

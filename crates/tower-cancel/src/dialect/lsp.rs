@@ -1,7 +1,9 @@
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{cancel_params, request_cancelled, CancelNotice, CancelledReply, Dialect, Recognized};
+use super::{
+    recognize_cancel, request_cancelled, CancelNotice, CancelledReply, Dialect, Recognized,
+};
 use crate::{
     context::CancelReason,
     message::{Id, Request},
@@ -31,16 +33,12 @@ impl Dialect for Lsp {
     }
 
     fn recognize(&self, notification: &Request, _session: &SessionState) -> Recognized {
-        if notification.method() != Self::CANCEL_METHOD {
-            return Recognized::NotACancel;
-        }
-        match cancel_params::<Params>(notification) {
-            Some(p) => Recognized::Cancel(CancelNotice {
+        recognize_cancel(notification, Self::CANCEL_METHOD, |p: Params| {
+            CancelNotice {
                 id: p.id,
                 reason: None,
-            }),
-            None => Recognized::Malformed,
-        }
+            }
+        })
     }
 
     fn is_cancellable(&self, method: &str, _session: &SessionState) -> bool {

@@ -1,7 +1,7 @@
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{cancel_params, CancelNotice, CancelledReply, Dialect, Recognized};
+use super::{recognize_cancel, CancelNotice, CancelledReply, Dialect, Recognized};
 use crate::{
     context::CancelReason,
     message::{Id, Request},
@@ -35,16 +35,12 @@ impl Dialect for Mcp {
     }
 
     fn recognize(&self, notification: &Request, _session: &SessionState) -> Recognized {
-        if notification.method() != Self::CANCEL_METHOD {
-            return Recognized::NotACancel;
-        }
-        match cancel_params::<Params>(notification) {
-            Some(p) => Recognized::Cancel(CancelNotice {
+        recognize_cancel(notification, Self::CANCEL_METHOD, |p: Params| {
+            CancelNotice {
                 id: p.request_id,
                 reason: p.reason,
-            }),
-            None => Recognized::Malformed,
-        }
+            }
+        })
     }
 
     fn is_cancellable(&self, method: &str, _session: &SessionState) -> bool {

@@ -90,8 +90,23 @@ pub(crate) fn request_cancelled(message: &str) -> CancelledReply {
     ))
 }
 
+/// Recognize a cancel notification whose method is `method` and whose params read as `P`.
+pub(crate) fn recognize_cancel<P: serde::de::DeserializeOwned>(
+    notification: &Request,
+    method: &str,
+    notice: impl FnOnce(P) -> CancelNotice,
+) -> Recognized {
+    if notification.method() != method {
+        return Recognized::NotACancel;
+    }
+    match cancel_params::<P>(notification) {
+        Some(params) => Recognized::Cancel(notice(params)),
+        None => Recognized::Malformed,
+    }
+}
+
 /// Read `params` of a cancel notification into `T`, or `None` if they have the wrong shape.
-pub(crate) fn cancel_params<T: serde::de::DeserializeOwned>(notification: &Request) -> Option<T> {
+fn cancel_params<T: serde::de::DeserializeOwned>(notification: &Request) -> Option<T> {
     // Every dialect's cancel params are an object. serde's derived `Deserialize` for a struct also accepts a JSON
     // array (by position), so without this check `[7]` would cancel request 7: a shape no protocol allows, which
     // must be ignored like any other malformed cancel.
