@@ -35,4 +35,6 @@ mod server;
 pub use content_length::ContentLengthCodec;
 pub use frame::{FrameError, DEFAULT_MAX_FRAME_SIZE};
 pub use ndjson::NdjsonCodec;
-pub use server::{Framing, ResponseHandler, Server, DEFAULT_CLOSE_GRACE};
+pub use server::{
+    Framing, ResponseHandler, Server, ShutdownHandle, DEFAULT_CLOSE_GRACE, DEFAULT_DRAIN_TIMEOUT,
+};

@@ -9,14 +9,17 @@ use std::{
     time::Duration,
 };
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use futures_util::{future, stream::FuturesUnordered, FutureExt, SinkExt, StreamExt};
-use tokio::{
-    io::{AsyncRead, AsyncWrite},
-    sync::mpsc,
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_util::{
+    codec::{Decoder, Encoder, FramedRead, FramedWrite},
+    sync::CancellationToken,
 };
-use tokio_util::codec::{Decoder, Encoder, FramedRead, FramedWrite};
-use tower_cancel::{BoxError, CancelReason, ErrorObject, Id, Message, Registry, Request, Response};
+use tower_cancel::{
+    outbox::OutboxReceiver, BoxError, CancelReason, ErrorObject, Id, Message, Outbox, Registry,
+    Request, Response,
+};
 use tower_service::Service;
 
 use crate::{
@@ -50,16 +53,53 @@ pub type ResponseHandler = Box<dyn FnMut(Response) + Send>;
 ///   cancels.
 /// - Replies from the peer (to requests this side sent) never reach the service; they go to the
 ///   [response handler](Server::on_response).
+/// - Every request also carries the connection's [`Outbox`], through which handlers send progress reports.
 /// - When the peer closes the connection (or the write side fails), every request in flight is cancelled with
 ///   [`CancelReason::Disconnect`]; the driver waits up to the [close grace](Server::close_grace) for them to
 ///   settle, then drops what is left. The registry is empty when `serve` returns.
+/// - On [graceful shutdown](Server::shutdown_handle) the driver stops reading, lets the requests in flight finish
+///   within the [drain timeout](Server::drain_timeout), then cancels the rest with [`CancelReason::Shutdown`]:
+///   every request is answered as its dialect says before the connection closes.
 /// - A service that fails readiness ends the connection, as a broken service would for every request.
 pub struct Server<S> {
     service: S,
     registry: Registry,
     max_frame_size: usize,
     close_grace: Duration,
+    drain_timeout: Duration,
+    shutdown: ShutdownHandle,
     on_response: ResponseHandler,
+}
+
+/// Starts a graceful shutdown of one connection (see [`Server::shutdown_handle`]). Cloning gives another handle to
+/// the same connection; handles of several connections can be driven by one signal.
+#[derive(Clone, Debug, Default)]
+pub struct ShutdownHandle {
+    token: CancellationToken,
+}
+
+impl ShutdownHandle {
+    /// Stop reading, drain, then cancel what is left with reason Shutdown.
+    pub fn shutdown(&self) {
+        self.token.cancel();
+    }
+
+    /// Whether shutdown was asked for.
+    pub fn is_shutting_down(&self) -> bool {
+        self.token.is_cancelled()
+    }
+}
+
+/// How long in-flight requests may run on after a graceful shutdown began, by default.
+pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Why the read loop stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ending {
+    /// The peer closed, reading or writing failed, or the service broke.
+    Disconnect,
+    /// A graceful shutdown was asked for.
+    Shutdown,
 }
 
 impl<S> fmt::Debug for Server<S> {
@@ -87,6 +127,8 @@ where
             registry: Registry::new(),
             max_frame_size: DEFAULT_MAX_FRAME_SIZE,
             close_grace: DEFAULT_CLOSE_GRACE,
+            drain_timeout: DEFAULT_DRAIN_TIMEOUT,
+            shutdown: ShutdownHandle::default(),
             on_response: Box::new(|response| {
                 tracing::debug!(id = ?response.id, "reply to an unknown outgoing request dropped");
             }),
@@ -114,6 +156,18 @@ where
     pub fn close_grace(mut self, grace: Duration) -> Self {
         self.close_grace = grace;
         self
+    }
+
+    /// How long requests in flight may run on after a graceful shutdown began, before they are cancelled with
+    /// reason Shutdown (default [`DEFAULT_DRAIN_TIMEOUT`]).
+    pub fn drain_timeout(mut self, timeout: Duration) -> Self {
+        self.drain_timeout = timeout;
+        self
+    }
+
+    /// A handle that starts a graceful shutdown of this connection.
+    pub fn shutdown_handle(&self) -> ShutdownHandle {
+        self.shutdown.clone()
     }
 
     /// Where replies from the peer go (the table of this side's outgoing requests).
@@ -159,9 +213,23 @@ where
             + for<'a> Encoder<&'a [u8], Error = io::Error>
             + Clone,
     {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let writer = write_loop(FramedWrite::new(writer, codec.clone()), rx);
-        let reader = self.read_loop(FramedRead::new(reader, codec), tx);
+        let (outbox, rx) = Outbox::new();
+        // The writer stops when told, not when every outbox is dropped: handlers may keep clones.
+        let closing = CancellationToken::new();
+        let writer_gone = CancellationToken::new();
+        let writer = write_loop(
+            FramedWrite::new(writer, codec.clone()),
+            rx,
+            closing.clone(),
+            writer_gone.clone(),
+        );
+        let reader = async {
+            let read = self
+                .read_loop(FramedRead::new(reader, codec), outbox, writer_gone)
+                .await;
+            closing.cancel();
+            read
+        };
         let (read, write) = future::join(reader, writer).await;
         read.and(write)
     }
@@ -169,18 +237,21 @@ where
     async fn read_loop<R, C>(
         mut self,
         mut frames: FramedRead<R, C>,
-        tx: mpsc::UnboundedSender<Bytes>,
+        outbox: Outbox,
+        writer_gone: CancellationToken,
     ) -> io::Result<()>
     where
         R: AsyncRead + Unpin,
         C: Decoder<Item = Result<BytesMut, FrameError>, Error = io::Error>,
     {
         let mut conn = Connection {
-            tx,
+            outbox,
             in_flight_ids: HashSet::new(),
         };
         let mut in_flight = FuturesUnordered::new();
         let mut result = Ok(());
+        let shutdown = self.shutdown.token.clone();
+        let mut ending = Ending::Disconnect;
         loop {
             let next = tokio::select! {
                 // Replies first: they free table entries and reach the peer sooner.
@@ -189,7 +260,11 @@ where
                     conn.finish(done);
                     continue;
                 }
-                () = conn.tx.closed() => break,
+                () = writer_gone.cancelled() => break,
+                () = shutdown.cancelled() => {
+                    ending = Ending::Shutdown;
+                    break;
+                }
                 frame = frames.next() => frame,
             };
             let bytes = match next {
@@ -233,6 +308,7 @@ where
                 }
             }
             request.extensions_mut().insert(self.registry.clone());
+            request.extensions_mut().insert(conn.outbox.clone());
 
             // Wait for readiness while still settling requests in flight: readiness may depend on them.
             let ready = loop {
@@ -261,17 +337,39 @@ where
             }
         }
 
-        // The peer is gone (or the service broke): every request in flight is cancelled through its lifecycle,
-        // and gets the grace period to settle (in cooperative mode a handler may still clean up).
-        let cancelled = self.registry.cancel_all(CancelReason::Disconnect);
+        if ending == Ending::Shutdown && !in_flight.is_empty() {
+            tracing::info!(
+                in_flight = in_flight.len(),
+                "shutting down: draining requests in flight"
+            );
+            let drained =
+                tokio::time::timeout(self.drain_timeout, settle_all(&mut in_flight, &mut conn))
+                    .await;
+            if drained.is_err() {
+                tracing::info!(
+                    left = in_flight.len(),
+                    "drain timeout passed: cancelling the rest"
+                );
+            }
+        }
+        // Everything still in flight is cancelled through its lifecycle: the peer is gone (Disconnect) or the
+        // server is going (Shutdown). Each gets the close grace to settle: its dialect's reply is written, and in
+        // cooperative mode a handler may still clean up.
+        let reason = match ending {
+            Ending::Disconnect => CancelReason::Disconnect,
+            Ending::Shutdown => CancelReason::Shutdown,
+        };
+        let cancelled = self.registry.cancel_all(reason);
         if !in_flight.is_empty() {
-            tracing::debug!(in_flight = in_flight.len(), cancelled, "connection closed");
-            let drain = async {
-                while let Some(done) = in_flight.next().await {
-                    conn.finish(done);
-                }
-            };
-            if tokio::time::timeout(self.close_grace, drain).await.is_err() {
+            tracing::debug!(
+                in_flight = in_flight.len(),
+                cancelled,
+                ?ending,
+                "connection closing"
+            );
+            let settled =
+                tokio::time::timeout(self.close_grace, settle_all(&mut in_flight, &mut conn)).await;
+            if settled.is_err() {
                 tracing::warn!(
                     left = in_flight.len(),
                     "requests still running after the close grace; dropping them"
@@ -306,8 +404,18 @@ where
     })
 }
 
+/// Let every request in flight finish, writing each one's reply.
+async fn settle_all<F: Future<Output = Settled>>(
+    in_flight: &mut FuturesUnordered<F>,
+    conn: &mut Connection,
+) {
+    while let Some(done) = in_flight.next().await {
+        conn.finish(done);
+    }
+}
+
 struct Connection {
-    tx: mpsc::UnboundedSender<Bytes>,
+    outbox: Outbox,
     in_flight_ids: HashSet<Id>,
 }
 
@@ -334,26 +442,36 @@ impl Connection {
     }
 
     fn send(&self, reply: &Response) {
-        match serde_json::to_vec(reply) {
-            // A closed channel means the writer is gone; the read loop notices and winds down.
-            Ok(bytes) => {
-                let _ = self.tx.send(Bytes::from(bytes));
-            }
-            Err(error) => tracing::error!(%error, "reply could not be serialized"),
-        }
+        // An error means the writer is gone; the read loop notices and winds down.
+        let _ = self.outbox.send_response(reply);
     }
 }
 
 async fn write_loop<W, C>(
     mut sink: FramedWrite<W, C>,
-    mut rx: mpsc::UnboundedReceiver<Bytes>,
+    mut rx: OutboxReceiver,
+    closing: CancellationToken,
+    writer_gone: CancellationToken,
 ) -> io::Result<()>
 where
     W: AsyncWrite + Unpin,
     C: for<'a> Encoder<&'a [u8], Error = io::Error>,
 {
     let result: io::Result<()> = async {
-        while let Some(bytes) = rx.recv().await {
+        loop {
+            let bytes = tokio::select! {
+                biased;
+                bytes = rx.recv() => bytes,
+                // The read loop is done: write what is queued, then stop.
+                () = closing.cancelled() => {
+                    while let Ok(bytes) = rx.try_recv() {
+                        sink.feed(&bytes[..]).await?;
+                    }
+                    sink.flush().await?;
+                    return Ok(());
+                }
+            };
+            let Some(bytes) = bytes else { return Ok(()) };
             sink.feed(&bytes[..]).await?;
             // Batch whatever else is ready into one flush.
             while let Ok(bytes) = rx.try_recv() {
@@ -361,14 +479,15 @@ where
             }
             sink.flush().await?;
         }
-        Ok(())
     }
     .await;
     if let Err(error) = &result {
         tracing::debug!(%error, "writing to the connection failed");
     }
-    // Dropping the receiver tells the read loop that the peer cannot hear us any more.
-    drop(rx);
+    // Closing the receiver makes later sends fail, and the token tells the read loop that the peer cannot hear us
+    // any more.
+    rx.close();
+    writer_gone.cancel();
     match result {
         // A peer that hung up is a disconnect, not a failure of this side.
         Err(error) if error.kind() == io::ErrorKind::BrokenPipe => Ok(()),

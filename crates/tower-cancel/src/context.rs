@@ -2,9 +2,10 @@
 
 use std::{fmt, sync::Arc};
 
+use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
-use crate::{lifecycle::Lifecycle, message::Id};
+use crate::{lifecycle::Lifecycle, message::Id, progress::ProgressFormat};
 
 /// Why a request was cancelled. Every source ends in the same lifecycle; the dialect renders the reply from this.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -80,11 +81,37 @@ impl fmt::Display for CancelReason {
 #[derive(Clone)]
 pub struct RequestContext {
     lifecycle: Arc<Lifecycle>,
+    progress: Option<Arc<dyn ProgressFormat>>,
 }
 
 impl RequestContext {
-    pub(crate) fn new(lifecycle: Arc<Lifecycle>) -> Self {
-        Self { lifecycle }
+    pub(crate) fn new(
+        lifecycle: Arc<Lifecycle>,
+        progress: Option<Arc<dyn ProgressFormat>>,
+    ) -> Self {
+        Self {
+            lifecycle,
+            progress,
+        }
+    }
+
+    pub(crate) fn lifecycle(&self) -> &Arc<Lifecycle> {
+        &self.lifecycle
+    }
+
+    pub(crate) fn progress_format(&self) -> Option<&Arc<dyn ProgressFormat>> {
+        self.progress.as_ref()
+    }
+
+    /// The request's deadline, if a [`TimeoutLayer`](crate::timeout::TimeoutLayer) gave it one. With an idle
+    /// window, progress reports push it back.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.lifecycle.deadline()
+    }
+
+    /// Count activity on the request: pushes back an idle deadline (progress reports do this themselves).
+    pub fn touch(&self) {
+        self.lifecycle.touch();
     }
 
     /// The request's id.
@@ -126,6 +153,7 @@ impl fmt::Debug for RequestContext {
             .field("id", self.id())
             .field("cancelled", &self.is_cancelled())
             .field("reason", &self.lifecycle.reason())
+            .field("deadline", &self.deadline())
             .finish()
     }
 }

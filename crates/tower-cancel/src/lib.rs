@@ -8,10 +8,11 @@
 //! ```text
 //! ErrorMapLayer<D>   every outcome -> the dialect's wire reply (-32800, no reply for MCP, -32603 for a panic, ...)
 //! CancelLayer<D>     consumes cancel messages; registers each request; gives it a RequestContext; races it
+//! TimeoutLayer       a deadline per request; on expiry, cancels it with reason Timeout (answered like a cancel)
 //! your service       Service<Request, Response = serde_json::Value>
 //! ```
 //!
-//! [`CancelStack`] builds both for a dialect in one line. Each layer also works alone.
+//! [`CancelStack`] builds them for a dialect in one line. Each layer also works alone.
 //!
 //! # Example
 //!
@@ -56,16 +57,21 @@ pub mod dialect;
 pub mod error_map;
 mod lifecycle;
 pub mod message;
+pub mod outbox;
+pub mod progress;
 pub mod registry;
 mod stack;
+pub mod timeout;
 
 pub use cancel::{CancelLayer, Cancelled, Mode};
 pub use context::{CancelReason, RequestContext};
 pub use dialect::Dialect;
 pub use error_map::ErrorMapLayer;
 pub use message::{ErrorObject, Id, Message, Request, Response};
+pub use outbox::Outbox;
 pub use registry::Registry;
 pub use stack::CancelStack;
+pub use timeout::TimeoutLayer;
 
 /// The boxed error type of the layers.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

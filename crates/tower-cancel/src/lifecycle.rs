@@ -7,11 +7,15 @@
 //! settled the request first, so at most one outcome is ever acted on. The cancellation token fires only on the
 //! move to `CANCELLED`, and the reason is written before that move, so whoever sees `CANCELLED` also sees a reason.
 
-use std::sync::{
-    atomic::{AtomicU8, Ordering},
-    OnceLock,
+use std::{
+    sync::{
+        atomic::{AtomicU8, Ordering},
+        Mutex, OnceLock,
+    },
+    time::Duration,
 };
 
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::{context::CancelReason, message::Id};
@@ -27,6 +31,40 @@ pub(crate) struct Lifecycle {
     state: AtomicU8,
     reason: OnceLock<CancelReason>,
     token: CancellationToken,
+    // Set by a timeout layer, at most once: the request's deadline.
+    timing: OnceLock<Timing>,
+}
+
+/// A request's deadline. With an idle window, activity (a progress report) pushes the deadline back to `idle`
+/// from now, but never past `max_at`.
+#[derive(Debug)]
+pub(crate) struct Timing {
+    deadline: Mutex<Instant>,
+    idle: Option<Duration>,
+    max_at: Instant,
+}
+
+impl Timing {
+    pub(crate) fn new(now: Instant, timeout: Duration, reset: Option<Duration>) -> Self {
+        let deadline = now + timeout;
+        let max_at = reset.map_or(deadline, |max_total| now + max_total.max(timeout));
+        Self {
+            deadline: Mutex::new(deadline),
+            idle: reset.map(|_| timeout),
+            max_at,
+        }
+    }
+
+    fn deadline(&self) -> Instant {
+        *self.deadline.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn push_back(&self, now: Instant) {
+        if let Some(idle) = self.idle {
+            let mut deadline = self.deadline.lock().unwrap_or_else(|p| p.into_inner());
+            *deadline = (*deadline).max(now + idle).min(self.max_at);
+        }
+    }
 }
 
 impl Lifecycle {
@@ -36,6 +74,24 @@ impl Lifecycle {
             state: AtomicU8::new(RUNNING),
             reason: OnceLock::new(),
             token: CancellationToken::new(),
+            timing: OnceLock::new(),
+        }
+    }
+
+    /// Give the request a deadline. Only the first call counts (the outermost timeout layer wins).
+    pub(crate) fn set_timing(&self, timing: Timing) -> bool {
+        self.timing.set(timing).is_ok()
+    }
+
+    /// The request's deadline now, if it has one.
+    pub(crate) fn deadline(&self) -> Option<Instant> {
+        self.timing.get().map(Timing::deadline)
+    }
+
+    /// Activity: push back an idle deadline.
+    pub(crate) fn touch(&self) {
+        if let Some(timing) = self.timing.get() {
+            timing.push_back(Instant::now());
         }
     }
 
@@ -94,6 +150,35 @@ impl Lifecycle {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn activity_pushes_an_idle_deadline_back_but_never_past_the_maximum() {
+        let start = Instant::now();
+        let secs = Duration::from_secs;
+        let l = Lifecycle::new(1.into());
+        assert!(l.set_timing(Timing::new(start, secs(10), Some(secs(25)))));
+        assert!(!l.set_timing(Timing::new(start, secs(1), None)), "set once");
+        assert_eq!(l.deadline(), Some(start + secs(10)));
+        tokio::time::advance(secs(8)).await;
+        l.touch();
+        assert_eq!(l.deadline(), Some(start + secs(18)));
+        tokio::time::advance(secs(12)).await;
+        l.touch();
+        assert_eq!(
+            l.deadline(),
+            Some(start + secs(25)),
+            "capped at the maximum"
+        );
+
+        let fixed = Lifecycle::new(2.into());
+        fixed.set_timing(Timing::new(start, secs(10), None));
+        fixed.touch();
+        assert_eq!(
+            fixed.deadline(),
+            Some(start + secs(10)),
+            "no idle window: fixed"
+        );
+    }
 
     #[test]
     fn first_settlement_wins() {

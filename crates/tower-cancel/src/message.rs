@@ -32,6 +32,8 @@ pub mod code {
     pub const CONTENT_MODIFIED: i64 = -32801;
     /// LSP 3.17: the server cancelled the request (only for request types that opt in).
     pub const SERVER_CANCELLED: i64 = -32802;
+    /// The request timed out (the code the MCP TypeScript SDK uses; a server-side MCP timeout answers with it).
+    pub const REQUEST_TIMEOUT: i64 = -32001;
 }
 
 /// A request id: a number or a string, compared exactly (the number `1` and the string `"1"` are different ids).
@@ -262,6 +264,13 @@ impl Request {
     /// The request's cancellation context, once the request has passed a [`CancelLayer`](crate::CancelLayer).
     pub fn context(&self) -> Option<&RequestContext> {
         self.extensions.get::<RequestContext>()
+    }
+
+    /// A handle to report progress to the peer, if the request carried a progress token, passed a
+    /// [`CancelLayer`](crate::CancelLayer) and came over a connection that can send (see
+    /// [`progress`](crate::progress)).
+    pub fn progress(&self) -> Option<crate::progress::Progress> {
+        crate::progress::Progress::new(self)
     }
 }
 

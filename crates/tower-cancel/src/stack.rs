@@ -9,9 +9,11 @@ use crate::{
     dialect::{Acp, AcpDraft, Dialect, Lsp, Mcp},
     error_map::{ErrorMap, ErrorMapLayer},
     registry::Registry,
+    timeout::{Timeout, TimeoutLayer},
 };
 
-/// The whole stack for a dialect: [`ErrorMapLayer`] outside, [`CancelLayer`] inside it.
+/// The whole stack for a dialect: [`ErrorMapLayer`] outside, then [`CancelLayer`], then [`TimeoutLayer`] (no
+/// deadline unless you set one with [`CancelStack::timeout`] or [`CancelStack::timeouts`]).
 ///
 /// It is a [`Layer`], so it goes into a [`tower::ServiceBuilder`] next to tower's own layers. Put layers that
 /// apply backpressure (`ConcurrencyLimit`, `RateLimit`) *below* it, so that cancels still reach queued requests.
@@ -37,6 +39,7 @@ use crate::{
 pub struct CancelStack<D> {
     cancel: CancelLayer<D>,
     error_map: ErrorMapLayer<D>,
+    timeout: TimeoutLayer,
 }
 
 impl CancelStack<Lsp> {
@@ -73,7 +76,19 @@ impl<D: Dialect> CancelStack<D> {
         Self {
             cancel: CancelLayer::new(dialect.clone()),
             error_map: ErrorMapLayer::new(dialect),
+            timeout: TimeoutLayer::none(),
         }
+    }
+
+    /// Requests time out after `timeout` (see [`TimeoutLayer::new`]).
+    pub fn timeout(self, timeout: Duration) -> Self {
+        self.timeouts(TimeoutLayer::new(timeout))
+    }
+
+    /// The timeout layer in full: per-method timeouts, per-request ones, idle timeouts (see [`TimeoutLayer`]).
+    pub fn timeouts(mut self, timeout: TimeoutLayer) -> Self {
+        self.timeout = timeout;
+        self
     }
 
     /// Set the handler mode (see [`Mode`]).
@@ -95,9 +110,10 @@ impl<D: Dialect> CancelStack<D> {
 }
 
 impl<S, D: Dialect> Layer<S> for CancelStack<D> {
-    type Service = ErrorMap<Cancel<S, D>, D>;
+    type Service = ErrorMap<Cancel<Timeout<S>, D>, D>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        self.error_map.layer(self.cancel.layer(inner))
+        self.error_map
+            .layer(self.cancel.layer(self.timeout.layer(inner)))
     }
 }

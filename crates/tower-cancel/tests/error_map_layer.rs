@@ -54,8 +54,11 @@ async fn results_and_errors() {
 
 #[tokio::test]
 async fn cancellation_is_answered_as_each_dialect_says() {
-    let cancelled =
-        || -> Result<Value, BoxError> { Err(Box::new(Cancelled::new(CancelReason::Timeout))) };
+    let cancelled = || -> Result<Value, BoxError> {
+        Err(Box::new(Cancelled::new(CancelReason::peer(Some(
+            "user".into(),
+        )))))
+    };
     assert_eq!(
         reply_for(Lsp, cancelled()).await,
         error_reply(-32800, "Request cancelled")
@@ -68,7 +71,76 @@ async fn cancellation_is_answered_as_each_dialect_says() {
         reply_for(AcpDraft::new(), cancelled()).await,
         error_reply(-32800, "Cancelled")
     );
-    assert_eq!(reply_for(Mcp, cancelled()).await, None);
+    assert_eq!(
+        reply_for(Mcp, cancelled()).await,
+        None,
+        "MCP: no reply to a peer's cancel"
+    );
+}
+
+#[tokio::test]
+async fn internal_cancellation_is_answered_even_in_mcp() {
+    let timed_out =
+        || -> Result<Value, BoxError> { Err(Box::new(Cancelled::new(CancelReason::Timeout))) };
+    assert_eq!(
+        reply_for(Lsp, timed_out()).await,
+        error_reply(-32800, "Request cancelled")
+    );
+    assert_eq!(
+        reply_for(Mcp, timed_out()).await,
+        error_reply(-32001, "Request timed out"),
+        "the client is still waiting: a server-side timeout is answered"
+    );
+    assert_eq!(
+        reply_for(Mcp, Err(Box::new(Cancelled::new(CancelReason::Shutdown)))).await,
+        error_reply(
+            -32603,
+            "Internal error: request cancelled (server shutting down)"
+        )
+    );
+    assert_eq!(
+        reply_for(Mcp, Err(Box::new(Cancelled::new(CancelReason::Disconnect)))).await,
+        None
+    );
+    // tower's Elapsed, with no cancel layer around it, is the same Timeout.
+    assert_eq!(
+        reply_for(Acp, Err(Box::new(tower::timeout::error::Elapsed::new()))).await,
+        error_reply(-32800, "Request cancelled")
+    );
+}
+
+#[tokio::test]
+async fn lsp_server_cancellable_methods_get_server_cancelled_for_internal_cancels() {
+    async fn reply(method: &'static str, reason: CancelReason) -> ErrorObject {
+        let dialect = Lsp.server_cancellable(["textDocument/diagnostic"]);
+        let (mut service, mut handle) =
+            mock::spawn_layer::<Request, Value, _>(ErrorMapLayer::new(dialect));
+        assert_ready_ok!(service.poll_ready());
+        let mut response = task::spawn(service.call(Request::new(9, method, ())));
+        let (_, send) = handle.next_request().await.unwrap();
+        send.send_error(Cancelled::new(reason));
+        assert_ready_ok!(response.poll())
+            .unwrap()
+            .outcome
+            .unwrap_err()
+    }
+    assert_eq!(
+        reply("textDocument/diagnostic", CancelReason::Timeout).await,
+        ErrorObject::new(-32802, "Server cancelled the request")
+            .with_data(json!({ "retriggerRequest": true }))
+    );
+    assert_eq!(
+        reply("textDocument/diagnostic", CancelReason::Shutdown).await,
+        ErrorObject::new(-32802, "Server cancelled the request")
+            .with_data(json!({ "retriggerRequest": false }))
+    );
+    let by_peer = reply("textDocument/diagnostic", CancelReason::peer(None)).await;
+    assert_eq!(by_peer.code, -32800, "a peer's cancel stays -32800");
+    let other = reply("textDocument/hover", CancelReason::Timeout).await;
+    assert_eq!(
+        other.code, -32800,
+        "methods that did not opt in stay -32800"
+    );
 }
 
 #[tokio::test]

@@ -194,12 +194,20 @@ where
                     }
                 };
                 call.set(Call::Done);
+                let output = output.map_err(Into::into);
+                if let Err(error) = &output {
+                    // tower's own timeout layer, placed below: its expiry is this request's Timeout cancellation,
+                    // settled through the lifecycle like every other.
+                    if error.is::<tower::timeout::error::Elapsed>() {
+                        lifecycle.cancel(CancelReason::Timeout);
+                    }
+                }
                 let result = if lifecycle.complete() {
-                    output.map_err(Into::into)
+                    output
                 } else if *partial_allowed && grace.is_some() {
                     // The handler wound down within its grace period: its partial result or its own error is
                     // the one outcome of this request.
-                    output.map_err(Into::into)
+                    output
                 } else {
                     // A cancel won the race (possibly a moment before this output): the cancel is the outcome.
                     Err(cancelled_error(lifecycle))

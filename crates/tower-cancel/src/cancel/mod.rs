@@ -47,6 +47,7 @@ mod future;
 mod layer;
 
 use std::{
+    fmt,
     sync::Arc,
     task::{Context, Poll},
 };
@@ -64,29 +65,46 @@ use crate::{
     dialect::{Dialect, Recognized},
     lifecycle::Lifecycle,
     message::Request,
+    progress::ProgressFormat,
     registry::{CancelOutcome, Registry},
     BoxError,
 };
 
 /// The service built by [`CancelLayer`].
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Cancel<S, D> {
     inner: S,
     dialect: D,
     mode: Mode,
     registry: Registry,
+    // The dialect once more, shared, for the progress reports of every request's context.
+    progress: Arc<dyn ProgressFormat>,
 }
 
-impl<S, D> Cancel<S, D> {
+impl<S: fmt::Debug, D: fmt::Debug> fmt::Debug for Cancel<S, D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Cancel")
+            .field("inner", &self.inner)
+            .field("dialect", &self.dialect)
+            .field("mode", &self.mode)
+            .field("registry", &self.registry)
+            .finish()
+    }
+}
+
+impl<S, D: Dialect> Cancel<S, D> {
     pub(crate) fn new(inner: S, dialect: D, mode: Mode, registry: Registry) -> Self {
         Self {
             inner,
+            progress: Arc::new(dialect.clone()),
             dialect,
             mode,
             registry,
         }
     }
+}
 
+impl<S, D> Cancel<S, D> {
     /// The registry used for requests that arrive without one in their extensions.
     pub fn registry(&self) -> &Registry {
         &self.registry
@@ -169,8 +187,8 @@ where
 
         self.dialect.observe_request(&req, session);
         let lifecycle = Arc::new(Lifecycle::new(id));
-        req.extensions_mut()
-            .insert(RequestContext::new(lifecycle.clone()));
+        let context = RequestContext::new(lifecycle.clone(), Some(self.progress.clone()));
+        req.extensions_mut().insert(context);
         if !self.dialect.is_cancellable(req.method(), session) {
             let initializes = (req.method() == "initialize").then_some(registry);
             return ResponseFuture::passthrough(inner.oneshot(req), initializes);

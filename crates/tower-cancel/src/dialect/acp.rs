@@ -14,6 +14,7 @@ use crate::{
 /// answered with -32800 "Request cancelled" or a partial result.
 ///
 /// No capability is needed and either side may send it; unknown, completed and malformed cancels are ignored.
+/// Internal cancellation (timeouts, shutdown) is answered the same way, as the protocol asks.
 /// `session/cancel` is a separate, feature-level notification and stays the application's business.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Acp;
@@ -47,7 +48,7 @@ impl Dialect for Acp {
         method != "initialize"
     }
 
-    fn cancelled_reply(&self, _reason: &CancelReason) -> CancelledReply {
+    fn cancelled_reply(&self, _reason: &CancelReason, _server_cancellable: bool) -> CancelledReply {
         request_cancelled("Request cancelled")
     }
 
@@ -149,7 +150,7 @@ impl Dialect for AcpDraft {
         self.declared && method != "initialize" && session.is_initialized()
     }
 
-    fn cancelled_reply(&self, _reason: &CancelReason) -> CancelledReply {
+    fn cancelled_reply(&self, _reason: &CancelReason, _server_cancellable: bool) -> CancelledReply {
         request_cancelled("Cancelled")
     }
 

@@ -1,12 +1,14 @@
 use serde::Deserialize;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::{
     recognize_cancel, request_cancelled, CancelNotice, CancelledReply, Dialect, Recognized,
+    ServerCancellable,
 };
 use crate::{
     context::CancelReason,
-    message::{Id, Request},
+    message::{code, ErrorObject, Id, Request},
+    progress::ProgressEvent,
     registry::SessionState,
 };
 
@@ -14,6 +16,12 @@ use crate::{
 ///
 /// Either side may send it; a cancel for an unknown or completed request is ignored. `initialize` is never
 /// cancellable. The caller keeps waiting for the reply after it cancelled (vscode-jsonrpc's behaviour).
+///
+/// Internal cancellation (a timeout, a shutdown) is answered the same way, with -32800, except for request types
+/// that opted in to LSP 3.17's ServerCancelled: see [`Lsp::server_cancellable`].
+///
+/// Progress: a request with a `workDoneToken` can report `$/progress` (`begin` on the first report, then
+/// `report`, and `end` when the handler drops its [`Progress`](crate::progress::Progress)).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Lsp;
 
@@ -22,9 +30,29 @@ impl Lsp {
     pub const CANCEL_METHOD: &'static str = "$/cancelRequest";
 }
 
+impl Lsp {
+    /// The same dialect, answering -32802 ServerCancelled instead of -32800 when this side cancels a request of
+    /// one of `methods` (a timeout, a shutdown), as LSP 3.17 allows for request types that opt in (pull
+    /// diagnostics: `textDocument/diagnostic`, `workspace/diagnostic`). The error's data is
+    /// `{"retriggerRequest": true}` for a timeout (the client may ask again) and `false` otherwise.
+    pub fn server_cancellable<I, M>(self, methods: I) -> ServerCancellable<Lsp>
+    where
+        I: IntoIterator<Item = M>,
+        M: Into<String>,
+    {
+        ServerCancellable::new(self, methods)
+    }
+}
+
 #[derive(Deserialize)]
 struct Params {
     id: Id,
+}
+
+#[derive(Deserialize)]
+struct WorkDone {
+    #[serde(rename = "workDoneToken")]
+    token: Option<Value>,
 }
 
 impl Dialect for Lsp {
@@ -45,8 +73,46 @@ impl Dialect for Lsp {
         method != "initialize"
     }
 
-    fn cancelled_reply(&self, _reason: &CancelReason) -> CancelledReply {
+    fn cancelled_reply(&self, reason: &CancelReason, server_cancellable: bool) -> CancelledReply {
+        let by_this_side = !matches!(reason, CancelReason::Peer { .. });
+        if server_cancellable && by_this_side {
+            let retrigger = matches!(reason, CancelReason::Timeout);
+            return CancelledReply::Error(
+                ErrorObject::new(code::SERVER_CANCELLED, "Server cancelled the request")
+                    .with_data(json!({ "retriggerRequest": retrigger })),
+            );
+        }
         request_cancelled("Request cancelled")
+    }
+
+    fn progress_token(&self, request: &Request) -> Option<Value> {
+        let token = request.params_as::<WorkDone>().ok()?.token?;
+        (token.is_string() || token.is_i64()).then_some(token)
+    }
+
+    fn progress_notification(&self, token: &Value, event: ProgressEvent<'_>) -> Option<Request> {
+        let value = match event {
+            ProgressEvent::Report {
+                first: true,
+                update,
+            } => json!({
+                "kind": "begin",
+                "title": update.message.as_deref().unwrap_or("Working"),
+                "percentage": update.percentage(),
+            }),
+            ProgressEvent::Report { update, .. } => {
+                let mut value = json!({ "kind": "report", "percentage": update.percentage() });
+                if let Some(message) = &update.message {
+                    value["message"] = json!(message);
+                }
+                value
+            }
+            ProgressEvent::End => json!({ "kind": "end" }),
+        };
+        Some(Request::notification(
+            "$/progress",
+            json!({ "token": token, "value": value }),
+        ))
     }
 
     fn cancel_message(&self, id: &Id, _reason: Option<&str>) -> Request {

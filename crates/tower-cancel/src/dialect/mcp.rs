@@ -1,24 +1,49 @@
 use serde::Deserialize;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::{recognize_cancel, CancelNotice, CancelledReply, Dialect, Recognized};
 use crate::{
     context::CancelReason,
-    message::{Id, Request},
+    message::{code, ErrorObject, Id, Request},
+    progress::ProgressEvent,
     registry::SessionState,
 };
 
 /// The Model Context Protocol: `notifications/cancelled {"requestId": …, "reason": …}`.
 ///
-/// The cancelled request gets **no reply at all**; the reason is logged. Unknown, completed and malformed cancels
-/// are ignored, and `initialize` is never cancelled. A handler's partial result is dropped too: MCP has no
+/// A request the peer cancelled gets **no reply at all**; the reason is logged. Unknown, completed and malformed
+/// cancels are ignored, and `initialize` is never cancelled. A handler's partial result is dropped too: MCP has no
 /// partial results.
+///
+/// A request this side cancels is not a peer's cancel: the client is still waiting, so it gets an error reply.
+///
+/// | reason | reply |
+/// |---|---|
+/// | `Peer` | nothing |
+/// | `Disconnect` | nothing (nobody is listening) |
+/// | `Timeout` | -32001 `Request timed out` (the code the TypeScript SDK uses for its own timeouts) |
+/// | `Shutdown`, `Parent`, `Local` | -32603 `Internal error: request cancelled (<reason>)` |
+///
+/// Progress: a request with `params._meta.progressToken` can report `notifications/progress {progressToken,
+/// progress, total?, message?}`.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Mcp;
 
 impl Mcp {
     /// The method of MCP's cancel notification.
     pub const CANCEL_METHOD: &'static str = "notifications/cancelled";
+}
+
+#[derive(Deserialize)]
+struct WithMeta {
+    #[serde(rename = "_meta")]
+    meta: Option<Meta>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Meta {
+    progress_token: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -47,8 +72,35 @@ impl Dialect for Mcp {
         method != "initialize"
     }
 
-    fn cancelled_reply(&self, _reason: &CancelReason) -> CancelledReply {
-        CancelledReply::Nothing
+    fn cancelled_reply(&self, reason: &CancelReason, _server_cancellable: bool) -> CancelledReply {
+        match reason {
+            CancelReason::Peer { .. } | CancelReason::Disconnect => CancelledReply::Nothing,
+            CancelReason::Timeout => {
+                CancelledReply::Error(ErrorObject::new(code::REQUEST_TIMEOUT, "Request timed out"))
+            }
+            other => CancelledReply::Error(ErrorObject::internal_error(format!(
+                "request cancelled ({other})"
+            ))),
+        }
+    }
+
+    fn progress_token(&self, request: &Request) -> Option<Value> {
+        let token = request.params_as::<WithMeta>().ok()?.meta?.progress_token?;
+        (token.is_string() || token.is_i64()).then_some(token)
+    }
+
+    fn progress_notification(&self, token: &Value, event: ProgressEvent<'_>) -> Option<Request> {
+        let ProgressEvent::Report { update, .. } = event else {
+            return None;
+        };
+        let mut params = json!({ "progressToken": token, "progress": update.progress });
+        if let Some(total) = update.total {
+            params["total"] = json!(total);
+        }
+        if let Some(message) = &update.message {
+            params["message"] = json!(message);
+        }
+        Some(Request::notification("notifications/progress", params))
     }
 
     fn allows_partial_result(&self) -> bool {

@@ -13,19 +13,24 @@
 //!
 //! Write your own by implementing the trait.
 
+use serde_json::Value;
+
 use crate::{
     context::CancelReason,
     message::{ErrorObject, Id, Request},
+    progress::ProgressEvent,
     registry::SessionState,
 };
 
 mod acp;
 mod lsp;
 mod mcp;
+mod server_cancellable;
 
 pub use acp::{Acp, AcpDraft};
 pub use lsp::Lsp;
 pub use mcp::Mcp;
+pub use server_cancellable::ServerCancellable;
 
 /// A cancel message read off the wire.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -67,8 +72,25 @@ pub trait Dialect: Clone + Send + Sync + 'static {
     /// Whether a request with this method can be cancelled in this session (`initialize` never can).
     fn is_cancellable(&self, method: &str, session: &SessionState) -> bool;
 
-    /// The reply a request cancelled for `reason` gets.
-    fn cancelled_reply(&self, reason: &CancelReason) -> CancelledReply;
+    /// The reply a request cancelled for `reason` gets. `server_cancellable` tells whether the request's method
+    /// opted in to being cancelled by the server (see [`Dialect::is_server_cancellable`]).
+    fn cancelled_reply(&self, reason: &CancelReason, server_cancellable: bool) -> CancelledReply;
+
+    /// Whether requests of `method` opted in to a distinct reply when the server itself cancels them (LSP 3.17's
+    /// ServerCancelled, -32802). Asked once per request, so keep it cheap.
+    fn is_server_cancellable(&self, _method: &str) -> bool {
+        false
+    }
+
+    /// The progress token a request carries, if the dialect has progress and the request asked for it.
+    fn progress_token(&self, _request: &Request) -> Option<Value> {
+        None
+    }
+
+    /// The notification that carries a progress event for `token`, if the dialect has one for it.
+    fn progress_notification(&self, _token: &Value, _event: ProgressEvent<'_>) -> Option<Request> {
+        None
+    }
 
     /// Whether a handler that stops cooperatively may answer with a partial result (LSP and ACP allow it).
     fn allows_partial_result(&self) -> bool {

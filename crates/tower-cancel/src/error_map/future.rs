@@ -24,6 +24,7 @@ pin_project! {
         inner: Option<futures_util::future::CatchUnwind<AssertUnwindSafe<F>>>,
         failed: Option<String>,
         id: Option<Id>,
+        server_cancellable: bool,
         method: Option<String>,
         dialect: D,
     }
@@ -33,6 +34,7 @@ impl<F: Future, D> ResponseFuture<F, D> {
     pub(crate) fn new(
         inner: Option<F>,
         id: Option<Id>,
+        server_cancellable: bool,
         method: Option<String>,
         dialect: D,
     ) -> Self {
@@ -40,6 +42,7 @@ impl<F: Future, D> ResponseFuture<F, D> {
             inner: inner.map(|f| AssertUnwindSafe(f).catch_unwind()),
             failed: None,
             id,
+            server_cancellable,
             method,
             dialect,
         }
@@ -57,6 +60,7 @@ impl<F: Future, D> ResponseFuture<F, D> {
             inner: None,
             failed: Some(error),
             id,
+            server_cancellable: false,
             method,
             dialect,
         }
@@ -99,7 +103,12 @@ where
             }
             return Poll::Ready(Ok(None));
         };
-        Poll::Ready(Ok(render(id, outcome, this.dialect)))
+        Poll::Ready(Ok(render(
+            id,
+            outcome,
+            *this.server_cancellable,
+            this.dialect,
+        )))
     }
 }
 

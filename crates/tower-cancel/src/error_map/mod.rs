@@ -7,6 +7,7 @@
 //! |---|---|
 //! | `Ok(value)` | `{"result": value}` |
 //! | [`Cancelled`] | the dialect's cancelled reply: -32800 (LSP, ACP), or nothing at all (MCP) |
+//! | tower's `Elapsed` | the same, for reason Timeout |
 //! | an [`ErrorObject`] | that error object, as it is |
 //! | [`DuplicateId`] | -32600 |
 //! | a panic (in `call` or in the future) | -32603, the panic message logged, not sent |
@@ -44,8 +45,11 @@ use serde_json::Value;
 use tower_service::Service;
 
 pub use self::{future::ResponseFuture, layer::ErrorMapLayer};
+use tower::timeout::error::Elapsed;
+
 use crate::{
     cancel::Cancelled,
+    context::CancelReason,
     dialect::{CancelledReply, Dialect},
     message::{ErrorObject, Id, Request, Response},
     registry::DuplicateId,
@@ -118,8 +122,9 @@ where
         if let Some(error) = self.not_ready.take() {
             return ResponseFuture::failed(error, id, method, self.dialect.clone());
         }
+        let server_cancellable = id.is_some() && self.dialect.is_server_cancellable(req.method());
         let inner = std::panic::catch_unwind(AssertUnwindSafe(|| self.inner.call(req))).ok();
-        ResponseFuture::new(inner, id, method, self.dialect.clone())
+        ResponseFuture::new(inner, id, server_cancellable, method, self.dialect.clone())
     }
 }
 
@@ -127,14 +132,22 @@ where
 pub(crate) fn render<D: Dialect>(
     id: Id,
     outcome: Result<Value, BoxError>,
+    server_cancellable: bool,
     dialect: &D,
 ) -> Option<Response> {
     let error = match outcome {
         Ok(value) => return Some(Response::ok(id, value)),
         Err(error) => error,
     };
-    if let Some(cancelled) = error.downcast_ref::<Cancelled>() {
-        return match dialect.cancelled_reply(cancelled.reason()) {
+    // tower's timeout layer without a cancel layer around it: the same Timeout cancellation.
+    let timed_out = Cancelled::new(CancelReason::Timeout);
+    let cancelled = match error.downcast_ref::<Cancelled>() {
+        Some(cancelled) => Some(cancelled),
+        None if error.is::<Elapsed>() => Some(&timed_out),
+        None => None,
+    };
+    if let Some(cancelled) = cancelled {
+        return match dialect.cancelled_reply(cancelled.reason(), server_cancellable) {
             CancelledReply::Error(object) => Some(Response::error(Some(id), object)),
             CancelledReply::Nothing => {
                 tracing::debug!(%id, reason = %cancelled.reason(), "cancelled request gets no reply");

@@ -1,0 +1,76 @@
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::{CancelledReply, Dialect, Recognized};
+use crate::{
+    context::CancelReason,
+    message::{Id, Request},
+    progress::ProgressEvent,
+    registry::SessionState,
+};
+
+/// A dialect whose requests of some methods opted in to a distinct reply when the server cancels them (LSP's
+/// ServerCancelled). Made by [`Lsp::server_cancellable`](super::Lsp::server_cancellable); everything else is the
+/// wrapped dialect's.
+#[derive(Clone, Debug)]
+pub struct ServerCancellable<D> {
+    dialect: D,
+    methods: Arc<[String]>,
+}
+
+impl<D> ServerCancellable<D> {
+    pub(crate) fn new<I, M>(dialect: D, methods: I) -> Self
+    where
+        I: IntoIterator<Item = M>,
+        M: Into<String>,
+    {
+        Self {
+            dialect,
+            methods: methods.into_iter().map(Into::into).collect(),
+        }
+    }
+}
+
+impl<D: Dialect> Dialect for ServerCancellable<D> {
+    fn name(&self) -> &'static str {
+        self.dialect.name()
+    }
+
+    fn recognize(&self, notification: &Request, session: &SessionState) -> Recognized {
+        self.dialect.recognize(notification, session)
+    }
+
+    fn is_cancellable(&self, method: &str, session: &SessionState) -> bool {
+        self.dialect.is_cancellable(method, session)
+    }
+
+    fn cancelled_reply(&self, reason: &CancelReason, server_cancellable: bool) -> CancelledReply {
+        self.dialect.cancelled_reply(reason, server_cancellable)
+    }
+
+    fn is_server_cancellable(&self, method: &str) -> bool {
+        // A handful of methods at most: a scan is cheaper than hashing.
+        self.methods.iter().any(|m| m == method)
+    }
+
+    fn allows_partial_result(&self) -> bool {
+        self.dialect.allows_partial_result()
+    }
+
+    fn cancel_message(&self, id: &Id, reason: Option<&str>) -> Request {
+        self.dialect.cancel_message(id, reason)
+    }
+
+    fn observe_request(&self, request: &Request, session: &SessionState) {
+        self.dialect.observe_request(request, session);
+    }
+
+    fn progress_token(&self, request: &Request) -> Option<Value> {
+        self.dialect.progress_token(request)
+    }
+
+    fn progress_notification(&self, token: &Value, event: ProgressEvent<'_>) -> Option<Request> {
+        self.dialect.progress_notification(token, event)
+    }
+}

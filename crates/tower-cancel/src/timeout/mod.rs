@@ -1,0 +1,147 @@
+//! Give requests a deadline.
+//!
+//! [`TimeoutLayer`] goes just inside the [`CancelLayer`](crate::CancelLayer). A request's timeout is, first that
+//! applies: its own (read from `params._meta.<field>` with [`TimeoutLayer::from_meta`]), its method's
+//! ([`TimeoutLayer::method`]), the default. The deadline is visible in the request's
+//! [`RequestContext::deadline`](crate::RequestContext::deadline).
+//!
+//! # Expiry is a cancellation
+//!
+//! When the deadline passes, the request is cancelled with [`CancelReason::Timeout`](crate::CancelReason::Timeout)
+//! through its lifecycle, exactly like a peer's cancel: one outcome, the entry removed, the dialect's reply
+//! (-32800 for LSP and ACP, -32001 for MCP, see each dialect). Without a cancel layer above, the future ends
+//! itself with a [`Cancelled`](crate::Cancelled) error.
+//!
+//! # Idle timeouts
+//!
+//! With [`TimeoutLayer::reset_on_progress`], each progress report pushes the deadline back to a full timeout from
+//! now, never past the maximum total.
+//!
+//! tower's own `tower::timeout::TimeoutLayer` also works inside the stack: its `Elapsed` error is turned into the
+//! same Timeout cancellation by the cancel layer.
+//!
+//! # Example
+//!
+//! ```
+//! use std::time::Duration;
+//! use tower::{service_fn, ServiceBuilder, ServiceExt};
+//! use tower_cancel::{timeout::TimeoutLayer, CancelStack, Request};
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
+//! let service = ServiceBuilder::new()
+//!     .layer(CancelStack::lsp())
+//!     .layer(TimeoutLayer::new(Duration::from_secs(30)).method("workspace/symbol", Duration::from_secs(5)))
+//!     .service(service_fn(|_req: Request| async {
+//!         tokio::time::sleep(Duration::from_secs(60)).await;
+//!         Ok::<_, tower_cancel::BoxError>(serde_json::Value::Null)
+//!     }));
+//! let reply = service.oneshot(Request::new(1, "workspace/symbol", ())).await.unwrap().unwrap();
+//! assert_eq!(reply.outcome.unwrap_err().code, -32800);
+//! # }
+//! ```
+
+mod future;
+mod layer;
+
+use std::{
+    sync::Arc,
+    task::{Context, Poll},
+    time::Duration,
+};
+
+use serde::Deserialize;
+use tokio::time::Instant;
+use tower_service::Service;
+
+pub use self::{future::ResponseFuture, layer::TimeoutLayer};
+use crate::{lifecycle::Timing, message::Request, BoxError};
+use layer::Config;
+
+/// The service built by [`TimeoutLayer`].
+#[derive(Clone, Debug)]
+pub struct Timeout<S> {
+    inner: S,
+    config: Arc<Config>,
+}
+
+impl<S> Timeout<S> {
+    pub(crate) fn new(inner: S, config: Arc<Config>) -> Self {
+        Self { inner, config }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Consume this, giving the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+
+    fn timeout_for(&self, req: &Request) -> Option<Duration> {
+        let config = &*self.config;
+        if let Some(field) = &config.meta_field {
+            if let Some(own) = meta_millis(req, field) {
+                return Some(own);
+            }
+        }
+        if !config.per_method.is_empty() {
+            if let Some(timeout) = config.per_method.get(req.method()) {
+                return Some(*timeout);
+            }
+        }
+        config.default
+    }
+}
+
+fn meta_millis(req: &Request, field: &str) -> Option<Duration> {
+    #[derive(Deserialize)]
+    struct WithMeta {
+        #[serde(rename = "_meta")]
+        meta: Option<serde_json::Map<String, serde_json::Value>>,
+    }
+    let meta = req.params_as::<WithMeta>().ok()?.meta?;
+    meta.get(field)?.as_u64().map(Duration::from_millis)
+}
+
+impl<S> Service<Request> for Timeout<S>
+where
+    S: Service<Request>,
+    S::Error: Into<BoxError>,
+{
+    type Response = S::Response;
+    type Error = BoxError;
+    type Future = ResponseFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, req: Request) -> Self::Future {
+        // Notifications are never answered, so they have nothing to time out.
+        let timeout = if req.is_notification() {
+            None
+        } else {
+            self.timeout_for(&req)
+        };
+        let Some(timeout) = timeout else {
+            return ResponseFuture::new(self.inner.call(req), None, None);
+        };
+        let now = Instant::now();
+        let lifecycle = req.context().map(|ctx| ctx.lifecycle().clone());
+        let mut deadline = now + timeout;
+        if let Some(lifecycle) = &lifecycle {
+            // An outer timeout layer may have set the deadline already; the first one set counts.
+            lifecycle.set_timing(Timing::new(now, timeout, self.config.max_total));
+            deadline = lifecycle.deadline().unwrap_or(deadline);
+        }
+        let sleep = tokio::time::sleep_until(deadline);
+        ResponseFuture::new(self.inner.call(req), Some(sleep), lifecycle)
+    }
+}
