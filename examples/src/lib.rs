@@ -9,7 +9,7 @@ use std::{
 };
 
 use serde_json::{json, Value};
-use tower_cancel::{Registry, Request};
+use tower_cancel::{Registry, Request, TimeoutLayer};
 
 /// Counters of the sleep handlers, shared by every request of a server.
 #[derive(Clone, Debug, Default)]
@@ -125,6 +125,16 @@ pub fn init_tracing() {
         .with_writer(std::io::stderr)
         .with_ansi(false)
         .init();
+}
+
+/// The timeouts of `--timeout-ms T`: every request times out after `T` of inactivity (each progress report
+/// pushes the deadline back), and after `10 * T` in all. Without the flag, no timeout.
+pub fn timeouts_from_args() -> TimeoutLayer {
+    match number_arg("--timeout-ms", 0) {
+        0 => TimeoutLayer::none(),
+        ms => TimeoutLayer::new(Duration::from_millis(ms))
+            .reset_on_progress(Duration::from_millis(ms.saturating_mul(10))),
+    }
 }
 
 /// Whether `--flag` was given.

@@ -3,6 +3,7 @@
 //! ```text
 //! cargo run -p examples --bin acp_agent              # current ACP: $/cancel_request {requestId}
 //! cargo run -p examples --bin acp_agent -- --draft   # first draft: $/cancelRequest {id} + capability
+//! cargo run -p examples --bin acp_agent -- --timeout-ms 5000   # requests time out after 5 s (-32800)
 //! ```
 //!
 //! `session/prompt` works for `--prompt-ms` milliseconds (default 3000). Two ways end it early: the feature-level
@@ -115,7 +116,7 @@ impl Drop for PromptEntry {
 
 async fn serve<D: Dialect>(stack: CancelStack<D>, agent: Agent) -> std::io::Result<()> {
     let service = ServiceBuilder::new()
-        .layer(stack)
+        .layer(stack.timeouts(examples::timeouts_from_args()))
         .service(service_fn(move |req| agent.clone().handle(req)));
     Server::new(service).serve_stdio(Framing::Ndjson).await
 }

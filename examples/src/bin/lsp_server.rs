@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! cargo run -p examples --bin lsp_server
+//! cargo run -p examples --bin lsp_server -- --timeout-ms 5000   # requests time out after 5 s (-32800)
 //! ```
 //!
 //! Methods: `initialize`, `initialized`, `shutdown`, `exit`, and for the demo `demo/sleep {"ms"}` (answers
@@ -48,7 +49,7 @@ async fn main() {
     let state = State::default();
     let exit = state.exit.clone();
     let service = ServiceBuilder::new()
-        .layer(CancelStack::lsp())
+        .layer(CancelStack::lsp().timeouts(examples::timeouts_from_args()))
         .service(service_fn(move |req| handle(state.clone(), req)));
     let served = tokio::select! {
         served = Server::new(service).serve_stdio(Framing::ContentLength) => served,

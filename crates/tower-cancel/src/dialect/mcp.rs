@@ -93,9 +93,9 @@ impl Dialect for Mcp {
         let ProgressEvent::Report { update, .. } = event else {
             return None;
         };
-        let mut params = json!({ "progressToken": token, "progress": update.progress });
+        let mut params = json!({ "progressToken": token, "progress": number(update.progress) });
         if let Some(total) = update.total {
-            params["total"] = json!(total);
+            params["total"] = number(total);
         }
         if let Some(message) = &update.message {
             params["message"] = json!(message);
@@ -113,5 +113,15 @@ impl Dialect for Mcp {
             None => json!({ "requestId": id }),
         };
         Request::notification(Self::CANCEL_METHOD, params)
+    }
+}
+
+/// A whole number as an integer (`3`, not `3.0`), as peers write their progress.
+fn number(n: f64) -> Value {
+    // 2^53: every whole f64 below it is an exact i64.
+    if n.fract() == 0.0 && n.abs() < 9_007_199_254_740_992.0 {
+        json!(n as i64)
+    } else {
+        json!(n)
     }
 }
