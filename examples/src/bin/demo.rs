@@ -17,7 +17,7 @@ use tokio::net::{
 };
 use tokio_util::codec::{FramedRead, FramedWrite};
 use tower::{service_fn, ServiceBuilder};
-use tower_cancel::{CancelStack, ErrorObject, Registry, Request};
+use tower_cancel::{CancelStack, ErrorObject, Registry, Request, TimeoutLayer};
 use tower_cancel_io::{ContentLengthCodec, Framing, Server};
 
 /// How many sleep handlers the server runs at once; the next request waits in the queue.
@@ -134,12 +134,14 @@ fn micros(from: Instant, to: Instant) -> Option<u128> {
 
 #[tokio::main]
 async fn main() {
-    // Row 8 panics on purpose; the stack turns it into -32603. Keep the report to one line.
+    // Row 9 panics on purpose; the stack turns it into -32603. Keep the report to one line.
     std::panic::set_hook(Box::new(|info| eprintln!("(a handler panicked: {info})")));
     let stats = SleepStats::default();
     let server_stats = stats.clone();
+    // A request may carry its own timeout in `params._meta.timeoutMs`.
+    let timeouts = TimeoutLayer::none().from_meta("timeoutMs");
     let service = ServiceBuilder::new()
-        .layer(CancelStack::lsp())
+        .layer(CancelStack::lsp().timeouts(timeouts))
         .concurrency_limit(CONCURRENCY)
         .service(service_fn(move |req| handle(server_stats.clone(), req)));
     let (server_end, client_end) = UnixStream::pair().expect("a socket pair");
@@ -286,26 +288,48 @@ async fn main() {
         micros: None,
     });
 
-    // 8. A handler that panics: -32603, and the connection goes on.
-    client.request(8, "demo/panic", json!({})).await;
+    // 8. A request with its own deadline: the timeout cancels it like a peer's cancel would.
+    let before = client.handlers.snapshot().cancelled;
+    let sent = client
+        .request(
+            "t",
+            "demo/sleep",
+            json!({ "ms": LONG_MS, "_meta": { "timeoutMs": 50 } }),
+        )
+        .await;
+    let (reply, at) = client.receive().await;
+    let stopped = client.handlers.snapshot();
+    rows.push(Row {
+        request: "t  sleep 60 s, timeout 50 ms".into(),
+        happened: format!(
+            "timed out after {} ms: handler stopped (cancelled {before} -> {})",
+            at.duration_since(sent).as_millis(),
+            stopped.cancelled
+        ),
+        wire: reply.wire,
+        micros: None,
+    });
+
+    // 9. A handler that panics: -32603, and the connection goes on.
+    client.request(9, "demo/panic", json!({})).await;
     let (reply, _) = client.receive().await;
     rows.push(Row {
-        request: "8  panic".into(),
+        request: "9  panic".into(),
         happened: "handler panicked: internal error, entry removed".into(),
         wire: reply.wire,
         micros: None,
     });
 
-    // 9. The connection closes with a request in flight: it is cancelled (reason Disconnect).
+    // 10. The connection closes with a request in flight: it is cancelled (reason Disconnect).
     let started_now = client.started();
     client
-        .request(9, "demo/sleep", json!({ "ms": LONG_MS }))
+        .request(10, "demo/sleep", json!({ "ms": LONG_MS }))
         .await;
     client.wait_until_started(started_now + 1).await;
     drop(client);
     let served = server_task.await.expect("the server task ran");
     rows.push(Row {
-        request: "9  sleep 60 s".into(),
+        request: "10 sleep 60 s".into(),
         happened: format!(
             "connection closed: cancelled, serve returned {:?}",
             served.map_err(|e| e.kind())
