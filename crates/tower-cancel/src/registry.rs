@@ -13,6 +13,9 @@
 //! - A cancel for an id that is not registered is remembered in a bounded window (oldest forgotten first), so a
 //!   request that arrives after its own cancel starts out cancelled. The table and the window share one lock, so a
 //!   cancel racing its request's registration is seen by exactly one of the two.
+//! - A cancel that arrives after its request completed looks the same as an early one (the id is not in flight)
+//!   and is remembered too. That is harmless as long as the peer does not reuse an id within the window, which
+//!   LSP's and ACP's clients never do (their ids only grow) and MCP forbids.
 
 use std::{
     collections::{HashMap, VecDeque},
