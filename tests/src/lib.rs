@@ -20,10 +20,15 @@
 //! | `partial` | waits for its token, answers `{"partial":true}` (a cooperative handler) |
 //! | `wind_down_error` | waits for its token, answers the error -32801 "Content modified" |
 //! | `panic` | panics |
-//! | anything else | -32601 |
+//! | `deadline` | answers `{"deadline_ms": n}`: the milliseconds from now to its context's deadline (`null` if none) |
+//! | `progress` | `params.steps` times (default 3): sleeps `params.every` ms, then reports progress `step` of `steps` with the message `"step <step>"` through [`Request::progress`]; if the request carried no progress token and `params.touch` is `true` it calls [`RequestContext::touch`] instead; drops its progress handle, then answers `{"token": <the handle's token or null>, "reports": <reports sent>}` |
+//! | anything else | never answers if `params.hang` is `true` (a hanging request of any method), else -32601 |
 //!
 //! Notifications that reach the handler are recorded ([`Probe::notifications`]) and never answered; the
-//! notification `panic` panics.
+//! notification `panic` panics; a notification with `params.ms` then sleeps that long and is recorded again when
+//! done ([`Probe::notifications_done`]).
+//!
+//! Each handler also records, when it starts, the deadline its context shows ([`Probe::deadline_of`]).
 
 use std::{
     collections::BTreeSet,
@@ -37,11 +42,12 @@ use tokio::{
     io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader},
     sync::mpsc,
     task::JoinHandle,
+    time::Instant,
 };
 use tower::{service_fn, util::BoxCloneService, Service, ServiceBuilder};
 use tower_cancel::{
-    dialect::AcpDraft, BoxError, CancelReason, CancelStack, ErrorObject, Id, Registry, Request,
-    RequestContext, Response,
+    dialect::AcpDraft, progress::ProgressUpdate, BoxError, CancelReason, CancelStack, ErrorObject,
+    Id, Registry, Request, RequestContext, Response,
 };
 use tower_cancel_io::{Framing, Server};
 
@@ -128,6 +134,8 @@ struct Log {
     started: Vec<Started>,
     ended: Vec<Ended>,
     notifications: Vec<(String, Value)>,
+    notifications_done: Vec<(String, Value)>,
+    deadlines: Vec<(Id, Option<Instant>)>,
 }
 
 impl Default for Probe {
@@ -169,7 +177,11 @@ impl Probe {
             assert_ne!(req.method(), "panic", "the test handler panics on purpose");
             let note = (req.method().to_owned(), params);
             self.log().notifications.push(note.clone());
-            let _ = self.inner.notified_tx.send(note);
+            let _ = self.inner.notified_tx.send(note.clone());
+            if let Some(ms) = note.1.get("ms").and_then(Value::as_u64) {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                self.log().notifications_done.push(note);
+            }
             return Ok(Value::Null);
         };
         let ctx = req.context().cloned();
@@ -184,7 +196,12 @@ impl Probe {
             id,
             method: req.method().to_owned(),
         };
-        self.log().started.push(started.clone());
+        {
+            let mut log = self.log();
+            log.started.push(started.clone());
+            let deadline = ctx.as_ref().and_then(RequestContext::deadline);
+            log.deadlines.push((started.id.clone(), deadline));
+        }
         let _ = self.inner.started_tx.send(started);
 
         let ms = params.get("ms").and_then(Value::as_u64).unwrap_or(0);
@@ -215,10 +232,35 @@ impl Probe {
                 Err(ErrorObject::new(-32801, "Content modified").into())
             }
             "panic" => panic!("the test handler panics on purpose"),
+            "deadline" => {
+                let ctx = ctx.as_ref().expect("behind a CancelLayer");
+                let ms = ctx.deadline().map(|deadline| {
+                    u64::try_from((deadline - Instant::now()).as_millis()).expect("a sane deadline")
+                });
+                Ok(json!({ "deadline_ms": ms }))
+            }
+            "progress" => Ok(progress(&req, ctx.as_ref(), &params).await),
+            _ if params["hang"] == true => std::future::pending().await,
             other => Err(ErrorObject::method_not_found(other).into()),
         };
         guard.finished = true;
         result
+    }
+
+    /// The deadline the context of request `id` showed when its handler started (`None` if it had none);
+    /// `None` too if the handler never started.
+    pub fn deadline_of(&self, id: impl Into<Id>) -> Option<Instant> {
+        let id = id.into();
+        self.log()
+            .deadlines
+            .iter()
+            .find(|(of, _)| *of == id)
+            .and_then(|(_, deadline)| *deadline)
+    }
+
+    /// The notifications whose handler slept `params.ms` and then finished, in the order they finished.
+    pub fn notifications_done(&self) -> Vec<(String, Value)> {
+        self.log().notifications_done.clone()
     }
 
     fn log(&self) -> MutexGuard<'_, Log> {
@@ -283,6 +325,34 @@ impl Probe {
             .expect("no notification reached the handler")
             .expect("the probe is alive")
     }
+}
+
+/// The `progress` method: report `steps` times, every `every` ms, through the request's progress handle.
+async fn progress(req: &Request, ctx: Option<&RequestContext>, params: &Value) -> Value {
+    let steps = params.get("steps").and_then(Value::as_u64).unwrap_or(3);
+    let every = params.get("every").and_then(Value::as_u64).unwrap_or(0);
+    let touch = params["touch"] == true;
+    let handle = req.progress();
+    let token = handle.as_ref().map(|h| h.token().clone());
+    let mut reports = 0u64;
+    for step in 1..=steps {
+        tokio::time::sleep(Duration::from_millis(every)).await;
+        match &handle {
+            Some(handle) => {
+                let update = ProgressUpdate::new(step as f64)
+                    .total(steps as f64)
+                    .message(format!("step {step}"));
+                if handle.report(update) {
+                    reports += 1;
+                }
+            }
+            None if touch => ctx.expect("behind a CancelLayer").touch(),
+            None => {}
+        }
+    }
+    // Dropped before the answer: LSP's `end` goes out before the reply.
+    drop(handle);
+    json!({ "token": token, "reports": reports })
 }
 
 /// Records how a handler ended, whichever way it ends: returning, its future dropped, or a panic.
@@ -457,6 +527,23 @@ impl Conn {
         Self::start(Server::new(service), framing)
     }
 
+    /// `stack` over `probe`'s handler, served by a [`Server`] that `configure` sets up (a drain timeout, a close
+    /// grace, ...). `configure` may also keep what it needs, such as the server's
+    /// [`shutdown_handle`](Server::shutdown_handle).
+    pub fn serve_configured<L>(
+        stack: L,
+        probe: &Probe,
+        framing: Framing,
+        configure: impl FnOnce(Server<L::Service>) -> Server<L::Service>,
+    ) -> Self
+    where
+        L: tower::Layer<Handler>,
+        L::Service: Served,
+    {
+        let service = ServiceBuilder::new().layer(stack).service(probe.service());
+        Self::start(configure(Server::new(service)), framing)
+    }
+
     /// The connection's registry.
     pub fn registry(&self) -> &Registry {
         &self.registry
@@ -581,6 +668,23 @@ impl Conn {
     pub async fn finish_quiet(self) {
         let rest = self.finish().await;
         assert!(rest.is_empty(), "unexpected replies: {rest:#?}");
+    }
+
+    /// Keep the sending side open and read every reply until the *server* closes the connection (a graceful
+    /// shutdown), wait for `serve` to return `Ok`, and check that the registry is empty. Returns the replies read.
+    pub async fn closed_by_server(mut self) -> Vec<String> {
+        let mut rest = Vec::new();
+        loop {
+            let frame = tokio::time::timeout(PATIENCE, self.read_frame())
+                .await
+                .expect("the server did not close the connection");
+            match frame {
+                Some(frame) => rest.push(frame),
+                None => break,
+            }
+        }
+        self.join().await;
+        rest
     }
 
     /// Drop both sides of the connection at once (the peer vanished), wait for `serve` to return `Ok`, and check

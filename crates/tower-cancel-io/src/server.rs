@@ -55,8 +55,9 @@ pub type ResponseHandler = Box<dyn FnMut(Response) + Send>;
 ///   [response handler](Server::on_response).
 /// - Every request also carries the connection's [`Outbox`], through which handlers send progress reports.
 /// - When the peer closes the connection (or the write side fails), every request in flight is cancelled with
-///   [`CancelReason::Disconnect`]; the driver waits up to the [close grace](Server::close_grace) for them to
-///   settle, then drops what is left. The registry is empty when `serve` returns.
+///   [`CancelReason::Disconnect`]; the driver waits for them to settle (a cooperative handler gets its whole grace
+///   period), and up to the [close grace](Server::close_grace) for what could not be cancelled, then drops what
+///   is left. The registry is empty when `serve` returns.
 /// - On [graceful shutdown](Server::shutdown_handle) the driver stops reading, lets the requests in flight finish
 ///   within the [drain timeout](Server::drain_timeout), then cancels the rest with [`CancelReason::Shutdown`]:
 ///   every request is answered as its dialect says before the connection closes.
@@ -152,7 +153,9 @@ where
         self
     }
 
-    /// How long requests may take to settle after the connection closed (default [`DEFAULT_CLOSE_GRACE`]).
+    /// How long requests that could not be cancelled (`initialize`, notifications) may take to settle after the
+    /// connection closed or the drain ended (default [`DEFAULT_CLOSE_GRACE`]). Cancelled requests are waited for
+    /// until their cancel layer settles them.
     pub fn close_grace(mut self, grace: Duration) -> Self {
         self.close_grace = grace;
         self
@@ -367,13 +370,29 @@ where
                 ?ending,
                 "connection closing"
             );
-            let settled =
-                tokio::time::timeout(self.close_grace, settle_all(&mut in_flight, &mut conn)).await;
-            if settled.is_err() {
-                tracing::warn!(
-                    left = in_flight.len(),
-                    "requests still running after the close grace; dropping them"
-                );
+            // The close grace bounds the wait only for what the cancel could not reach (requests that are never
+            // cancellable, such as `initialize`; notifications). A cancelled request is settled by its cancel
+            // layer, at once or, in cooperative mode, within the layer's own grace period, so the wait goes on
+            // while the registry still holds one. Cutting it at the close grace (as before) dropped a cooperative
+            // handler's request without any reply when its grace was the longer, although on a shutdown the peer
+            // is still waiting for it (invariant 1).
+            let mut grace = std::pin::pin!(tokio::time::sleep(self.close_grace));
+            let mut grace_over = false;
+            loop {
+                tokio::select! {
+                    done = in_flight.next() => match done {
+                        Some(done) => conn.finish(done),
+                        None => break,
+                    },
+                    () = &mut grace, if !grace_over => grace_over = true,
+                }
+                if grace_over && self.registry.is_empty() {
+                    tracing::warn!(
+                        left = in_flight.len(),
+                        "requests still running after the close grace; dropping them"
+                    );
+                    break;
+                }
             }
         }
         drop(in_flight);

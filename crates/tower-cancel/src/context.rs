@@ -141,7 +141,7 @@ impl RequestContext {
     }
 
     /// Cancel the request from this side (reason [`CancelReason::Local`]). Returns `false` if it was already
-    /// settled.
+    /// settled, or can never be cancelled (`initialize`).
     pub fn cancel(&self, reason: impl Into<String>) -> bool {
         self.lifecycle.cancel(CancelReason::local(reason))
     }

@@ -3,7 +3,8 @@
 //! # Invariants
 //!
 //! A request starts `RUNNING` and moves exactly once, by compare-and-swap, to `COMPLETED` (its handler's outcome
-//! is the reply) or to `CANCELLED` (the dialect's cancelled reply is). Every failed swap means another party
+//! is the reply) or to `CANCELLED` (the dialect's cancelled reply is); a request its dialect never lets be
+//! cancelled starts `UNCANCELLABLE` and never moves. Every failed swap means another party
 //! settled the request first, so at most one outcome is ever acted on. The cancellation token fires only on the
 //! move to `CANCELLED`, and the reason is written before that move, so whoever sees `CANCELLED` also sees a reason.
 
@@ -23,6 +24,12 @@ use crate::{context::CancelReason, message::Id};
 const RUNNING: u8 = 0;
 const COMPLETED: u8 = 1;
 const CANCELLED: u8 = 2;
+// A request its dialect never lets be cancelled (`initialize`; in the ACP draft, anything before initialization).
+// No source can settle it as cancelled, so its token never fires and a timeout layer gives it no deadline. Before
+// this state existed, a timeout layer below the cancel layer found such a request's context, gave it a deadline
+// and on expiry fired its token with reason Timeout, while nothing ended the request: a cooperative `initialize`
+// handler stopped, an ignoring one was answered normally with a context saying it was cancelled.
+const UNCANCELLABLE: u8 = 3;
 
 /// The state one request shares between its future, its registry entry and its context.
 #[derive(Debug)]
@@ -44,10 +51,19 @@ pub(crate) struct Timing {
     max_at: Instant,
 }
 
+/// `now + duration`, or a moment 30 years from now if that cannot be represented. A plain `+` panicked on
+/// every request when a layer was configured with `Duration::MAX` (a natural way to say "no maximum").
+pub(crate) fn deadline_after(now: Instant, duration: Duration) -> Instant {
+    const FAR: Duration = Duration::from_secs(30 * 365 * 24 * 60 * 60);
+    now.checked_add(duration).unwrap_or_else(|| now + FAR)
+}
+
 impl Timing {
     pub(crate) fn new(now: Instant, timeout: Duration, reset: Option<Duration>) -> Self {
-        let deadline = now + timeout;
-        let max_at = reset.map_or(deadline, |max_total| now + max_total.max(timeout));
+        let deadline = deadline_after(now, timeout);
+        let max_at = reset.map_or(deadline, |max_total| {
+            deadline_after(now, max_total.max(timeout))
+        });
         Self {
             deadline: Mutex::new(deadline),
             idle: reset.map(|_| timeout),
@@ -62,7 +78,7 @@ impl Timing {
     fn push_back(&self, now: Instant) {
         if let Some(idle) = self.idle {
             let mut deadline = self.deadline.lock().unwrap_or_else(|p| p.into_inner());
-            *deadline = (*deadline).max(now + idle).min(self.max_at);
+            *deadline = (*deadline).max(deadline_after(now, idle)).min(self.max_at);
         }
     }
 }
@@ -76,6 +92,18 @@ impl Lifecycle {
             token: CancellationToken::new(),
             timing: OnceLock::new(),
         }
+    }
+
+    /// A request that can never be cancelled (see `UNCANCELLABLE`): [`cancel`](Self::cancel) is always a no-op.
+    pub(crate) fn uncancellable(id: Id) -> Self {
+        let lifecycle = Self::new(id);
+        lifecycle.state.store(UNCANCELLABLE, Ordering::Relaxed);
+        lifecycle
+    }
+
+    /// Whether any source may cancel the request.
+    pub(crate) fn is_cancellable(&self) -> bool {
+        self.state.load(Ordering::Acquire) != UNCANCELLABLE
     }
 
     /// Give the request a deadline. Only the first call counts (the outermost timeout layer wins).
@@ -178,6 +206,17 @@ mod tests {
             Some(start + secs(10)),
             "no idle window: fixed"
         );
+    }
+
+    #[test]
+    fn an_uncancellable_request_is_never_cancelled() {
+        let l = Lifecycle::uncancellable(1.into());
+        assert!(!l.is_cancellable());
+        assert!(!l.cancel(CancelReason::Timeout));
+        assert!(!l.is_cancelled());
+        assert_eq!(l.reason(), None);
+        assert!(!l.token().is_cancelled());
+        assert!(Lifecycle::new(2.into()).is_cancellable());
     }
 
     #[test]

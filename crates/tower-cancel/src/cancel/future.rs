@@ -193,7 +193,6 @@ where
                         CallProj::Done => panic!("polled after completion"),
                     }
                 };
-                call.set(Call::Done);
                 let output = output.map_err(Into::into);
                 if let Err(error) = &output {
                     // tower's own timeout layer, placed below: its expiry is this request's Timeout cancellation,
@@ -202,6 +201,10 @@ where
                         lifecycle.cancel(CancelReason::Timeout);
                     }
                 }
+                // Only now drop the inner future: tower's timeout future still holds the handler, and a handler
+                // stopped by it must see reason Timeout in its context as it is dropped, as with every other
+                // source (it saw no reason at all when this came before the cancel above).
+                call.set(Call::Done);
                 let result = if lifecycle.complete() {
                     output
                 } else if *partial_allowed && grace.is_some() {

@@ -186,10 +186,16 @@ where
         };
 
         self.dialect.observe_request(&req, session);
-        let lifecycle = Arc::new(Lifecycle::new(id));
+        let cancellable = self.dialect.is_cancellable(req.method(), session);
+        let lifecycle = Arc::new(if cancellable {
+            Lifecycle::new(id)
+        } else {
+            // Its context is still given (id, progress), but nothing can cancel it: no timeout either.
+            Lifecycle::uncancellable(id)
+        });
         let context = RequestContext::new(lifecycle.clone(), Some(self.progress.clone()));
         req.extensions_mut().insert(context);
-        if !self.dialect.is_cancellable(req.method(), session) {
+        if !cancellable {
             let initializes = (req.method() == "initialize").then_some(registry);
             return ResponseFuture::passthrough(inner.oneshot(req), initializes);
         }

@@ -12,6 +12,9 @@
 //! (-32800 for LSP and ACP, -32001 for MCP, see each dialect). Without a cancel layer above, the future ends
 //! itself with a [`Cancelled`](crate::Cancelled) error.
 //!
+//! A timeout is a cancellation, so a request its dialect never lets be cancelled (`initialize`; in the ACP draft,
+//! everything before initialization) gets no deadline.
+//!
 //! # Idle timeouts
 //!
 //! With [`TimeoutLayer::reset_on_progress`], each progress report pushes the deadline back to a full timeout from
@@ -54,7 +57,11 @@ use tokio::time::Instant;
 use tower_service::Service;
 
 pub use self::{future::ResponseFuture, layer::TimeoutLayer};
-use crate::{lifecycle::Timing, message::Request, BoxError};
+use crate::{
+    lifecycle::{deadline_after, Timing},
+    message::Request,
+    BoxError,
+};
 use layer::Config;
 
 /// The service built by [`TimeoutLayer`].
@@ -130,12 +137,18 @@ where
         } else {
             self.timeout_for(&req)
         };
+        // A request the cancel layer above made uncancellable (`initialize`) is never timed out: a timeout is a
+        // cancellation.
+        let timeout = timeout.filter(|_| {
+            req.context()
+                .map_or(true, |ctx| ctx.lifecycle().is_cancellable())
+        });
         let Some(timeout) = timeout else {
             return ResponseFuture::new(self.inner.call(req), None, None);
         };
         let now = Instant::now();
         let lifecycle = req.context().map(|ctx| ctx.lifecycle().clone());
-        let mut deadline = now + timeout;
+        let mut deadline = deadline_after(now, timeout);
         if let Some(lifecycle) = &lifecycle {
             // An outer timeout layer may have set the deadline already; the first one set counts.
             lifecycle.set_timing(Timing::new(now, timeout, self.config.max_total));

@@ -1,0 +1,490 @@
+//! Progress reports (`req.progress()`) on the wire, in each dialect's shape, and the idle timeout they keep alive
+//! (`TimeoutLayer::new(idle).reset_on_progress(max)`): each report pushes the deadline back to a full idle window
+//! from now, never past the maximum.
+//!
+//! The probe's `progress` method reports `steps` times, every `every` ms, with `step` of `steps` and the message
+//! `"step <step>"`, then drops its handle and answers `{"token": …, "reports": …}`.
+
+use std::time::Duration;
+
+use tests::{Conn, Counts, Ended, Probe};
+use tokio::time::Instant;
+use tower_cancel::{timeout::TimeoutLayer, CancelReason, CancelStack};
+use tower_cancel_io::Framing;
+
+fn ms(ms: u64) -> Duration {
+    Duration::from_millis(ms)
+}
+
+/// Virtual time is exact up to the timer wheel's 1 ms resolution.
+fn assert_about(elapsed: Duration, expected: Duration) {
+    assert!(
+        elapsed >= expected && elapsed <= expected + ms(1),
+        "{elapsed:?} instead of {expected:?}"
+    );
+}
+
+/// An idle timeout of 100 ms, cut at `max` in all.
+fn idle(max: Duration) -> TimeoutLayer {
+    TimeoutLayer::new(ms(100)).reset_on_progress(max)
+}
+
+fn mcp(probe: &Probe, timeouts: TimeoutLayer) -> Conn {
+    Conn::serve(
+        CancelStack::mcp().timeouts(timeouts),
+        probe,
+        Framing::Ndjson,
+    )
+}
+
+fn lsp(probe: &Probe, timeouts: TimeoutLayer) -> Conn {
+    Conn::serve(
+        CancelStack::lsp().timeouts(timeouts),
+        probe,
+        Framing::ContentLength,
+    )
+}
+
+fn mcp_progress(token: &str, step: u64, total: u64) -> String {
+    format!(
+        r#"{{"jsonrpc":"2.0","method":"notifications/progress","params":{{"message":"step {step}","progress":{step},"progressToken":{token},"total":{total}}}}}"#
+    )
+}
+
+fn lsp_progress(token: &str, value: &str) -> String {
+    format!(
+        r#"{{"jsonrpc":"2.0","method":"$/progress","params":{{"token":{token},"value":{value}}}}}"#
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn mcp_progress_keeps_a_request_alive_past_its_idle_timeout() {
+    let probe = Probe::new();
+    let mut conn = mcp(&probe, idle(ms(10_000)));
+    let sent = Instant::now();
+    conn.send(r#"{"jsonrpc":"2.0","id":7,"method":"progress","params":{"steps":5,"every":60,"_meta":{"progressToken":"p-1"}}}"#)
+        .await;
+    probe.wait_started(7).await;
+    assert_eq!(probe.deadline_of(7), Some(sent + ms(100)));
+    for step in 1..=5 {
+        conn.expect(&mcp_progress(r#""p-1""#, step, 5)).await;
+        assert_about(sent.elapsed(), ms(60 * step));
+    }
+    // 300 ms in all, three times the idle timeout.
+    conn.expect(r#"{"jsonrpc":"2.0","id":7,"result":{"reports":5,"token":"p-1"}}"#)
+        .await;
+    assert_about(sent.elapsed(), ms(300));
+    assert_eq!(probe.ended(), [Ended::finished(7, "progress", None)]);
+
+    let counts = conn.counts();
+    conn.finish_quiet().await;
+    assert_eq!(
+        counts,
+        Counts {
+            registered: 1,
+            completed: 1,
+            ..Counts::default()
+        }
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn mcp_progress_never_keeps_a_request_past_the_maximum() {
+    let probe = Probe::new();
+    let mut conn = mcp(&probe, idle(ms(250)));
+    let sent = Instant::now();
+    conn.send(r#"{"jsonrpc":"2.0","id":7,"method":"progress","params":{"steps":10,"every":60,"_meta":{"progressToken":42}}}"#)
+        .await;
+    // Reports at 60, 120, 180, 240 ms: each one would push the deadline to 100 ms later, but 250 ms is the end.
+    for step in 1..=4 {
+        conn.expect(&mcp_progress("42", step, 10)).await;
+        assert_about(sent.elapsed(), ms(60 * step));
+    }
+    conn.expect(
+        r#"{"jsonrpc":"2.0","id":7,"error":{"code":-32001,"message":"Request timed out"}}"#,
+    )
+    .await;
+    assert_about(sent.elapsed(), ms(250));
+    assert_eq!(
+        probe.ended(),
+        [Ended::stopped(7, "progress", Some(CancelReason::Timeout))]
+    );
+
+    let counts = conn.counts();
+    conn.finish_quiet().await;
+    assert_eq!(
+        counts,
+        Counts {
+            registered: 1,
+            cancelled: 1,
+            ..Counts::default()
+        }
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn mcp_a_gap_longer_than_the_idle_window_times_out() {
+    let probe = Probe::new();
+    let mut conn = mcp(&probe, idle(ms(10_000)));
+    let sent = Instant::now();
+    // Reports every 150 ms: the first one comes after the idle window is over.
+    conn.send(r#"{"jsonrpc":"2.0","id":7,"method":"progress","params":{"steps":3,"every":150,"_meta":{"progressToken":"p-1"}}}"#)
+        .await;
+    conn.expect(
+        r#"{"jsonrpc":"2.0","id":7,"error":{"code":-32001,"message":"Request timed out"}}"#,
+    )
+    .await;
+    assert_about(sent.elapsed(), ms(100));
+    assert_eq!(
+        probe.ended(),
+        [Ended::stopped(7, "progress", Some(CancelReason::Timeout))]
+    );
+    let counts = conn.counts();
+    conn.finish_quiet().await;
+    assert_eq!(
+        counts,
+        Counts {
+            registered: 1,
+            cancelled: 1,
+            ..Counts::default()
+        }
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn mcp_without_a_progress_token_nothing_is_sent() {
+    let probe = Probe::new();
+    let mut conn = mcp(&probe, TimeoutLayer::none());
+    conn.send_together(&[
+        r#"{"jsonrpc":"2.0","id":1,"method":"progress","params":{"steps":3,"every":10}}"#,
+        r#"{"jsonrpc":"2.0","id":2,"method":"progress","params":{"steps":3,"every":10,"_meta":{}}}"#,
+        r#"{"jsonrpc":"2.0","id":3,"method":"progress","params":{"steps":3,"every":10,"_meta":{"progressToken":null}}}"#,
+        // LSP's token means nothing in MCP.
+        r#"{"jsonrpc":"2.0","id":4,"method":"progress","params":{"steps":3,"every":10,"workDoneToken":"wd"}}"#,
+    ])
+    .await;
+    // Only the four replies: `req.progress()` was None for each, so not one notification.
+    let replies: Vec<_> = vec![
+        conn.recv().await,
+        conn.recv().await,
+        conn.recv().await,
+        conn.recv().await,
+    ];
+    assert_eq!(
+        tests::set_of(replies),
+        tests::set_of((1..=4).map(|id| format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"result":{{"reports":0,"token":null}}}}"#
+        )))
+    );
+    let mut ended = probe.ended();
+    ended.sort_by_key(|e| e.id.to_string());
+    assert_eq!(
+        ended,
+        (1..=4)
+            .map(|id| Ended::finished(id, "progress", None))
+            .collect::<Vec<_>>()
+    );
+    let counts = conn.counts();
+    conn.finish_quiet().await;
+    assert_eq!(
+        counts,
+        Counts {
+            registered: 4,
+            completed: 4,
+            ..Counts::default()
+        }
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_a_progress_token_the_idle_timeout_is_reset_only_by_touch() {
+    let probe = Probe::new();
+    let mut conn = mcp(&probe, idle(ms(10_000)));
+    let sent = Instant::now();
+    // No token, no touch: nothing pushes the deadline back.
+    conn.send(r#"{"jsonrpc":"2.0","id":1,"method":"progress","params":{"steps":5,"every":60}}"#)
+        .await;
+    conn.expect(
+        r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32001,"message":"Request timed out"}}"#,
+    )
+    .await;
+    assert_about(sent.elapsed(), ms(100));
+    // No token, but the handler touches its context at each step: it runs to its end, and nothing is sent.
+    let sent = Instant::now();
+    conn.send(r#"{"jsonrpc":"2.0","id":2,"method":"progress","params":{"steps":5,"every":60,"touch":true}}"#)
+        .await;
+    conn.expect(r#"{"jsonrpc":"2.0","id":2,"result":{"reports":0,"token":null}}"#)
+        .await;
+    assert_about(sent.elapsed(), ms(300));
+    assert_eq!(
+        probe.ended(),
+        [
+            Ended::stopped(1, "progress", Some(CancelReason::Timeout)),
+            Ended::finished(2, "progress", None)
+        ]
+    );
+    let counts = conn.counts();
+    conn.finish_quiet().await;
+    assert_eq!(
+        counts,
+        Counts {
+            registered: 2,
+            completed: 1,
+            cancelled: 1,
+            ..Counts::default()
+        }
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn lsp_work_done_progress_begins_reports_and_ends() {
+    let probe = Probe::new();
+    let mut conn = lsp(&probe, TimeoutLayer::none());
+    conn.send(r#"{"jsonrpc":"2.0","id":7,"method":"progress","params":{"steps":3,"every":10,"workDoneToken":"wd-1"}}"#)
+        .await;
+    let token = r#""wd-1""#;
+    conn.expect(&lsp_progress(
+        token,
+        r#"{"kind":"begin","percentage":33,"title":"step 1"}"#,
+    ))
+    .await;
+    conn.expect(&lsp_progress(
+        token,
+        r#"{"kind":"report","message":"step 2","percentage":66}"#,
+    ))
+    .await;
+    conn.expect(&lsp_progress(
+        token,
+        r#"{"kind":"report","message":"step 3","percentage":100}"#,
+    ))
+    .await;
+    // `end` when the handler drops its handle, before the reply.
+    conn.expect(&lsp_progress(token, r#"{"kind":"end"}"#)).await;
+    conn.expect(r#"{"jsonrpc":"2.0","id":7,"result":{"reports":3,"token":"wd-1"}}"#)
+        .await;
+
+    // A number token, one report: begin then end.
+    conn.send(
+        r#"{"jsonrpc":"2.0","id":8,"method":"progress","params":{"steps":1,"workDoneToken":5}}"#,
+    )
+    .await;
+    conn.expect(&lsp_progress(
+        "5",
+        r#"{"kind":"begin","percentage":100,"title":"step 1"}"#,
+    ))
+    .await;
+    conn.expect(&lsp_progress("5", r#"{"kind":"end"}"#)).await;
+    conn.expect(r#"{"jsonrpc":"2.0","id":8,"result":{"reports":1,"token":5}}"#)
+        .await;
+
+    assert_eq!(
+        probe.ended(),
+        [
+            Ended::finished(7, "progress", None),
+            Ended::finished(8, "progress", None)
+        ]
+    );
+    let counts = conn.counts();
+    conn.finish_quiet().await;
+    assert_eq!(
+        counts,
+        Counts {
+            registered: 2,
+            completed: 2,
+            ..Counts::default()
+        }
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn lsp_without_a_work_done_token_nothing_is_sent() {
+    let probe = Probe::new();
+    let mut conn = lsp(&probe, TimeoutLayer::none());
+    conn.send(r#"{"jsonrpc":"2.0","id":1,"method":"progress","params":{"steps":3,"every":10}}"#)
+        .await;
+    conn.expect(r#"{"jsonrpc":"2.0","id":1,"result":{"reports":0,"token":null}}"#)
+        .await;
+    // MCP's token means nothing in LSP; a token that is neither a string nor an integer is no token.
+    conn.send(r#"{"jsonrpc":"2.0","id":2,"method":"progress","params":{"steps":3,"_meta":{"progressToken":"p"}}}"#)
+        .await;
+    conn.expect(r#"{"jsonrpc":"2.0","id":2,"result":{"reports":0,"token":null}}"#)
+        .await;
+    conn.send(r#"{"jsonrpc":"2.0","id":3,"method":"progress","params":{"steps":3,"workDoneToken":{"not":"a token"}}}"#)
+        .await;
+    conn.expect(r#"{"jsonrpc":"2.0","id":3,"result":{"reports":0,"token":null}}"#)
+        .await;
+    assert_eq!(
+        probe.ended(),
+        (1..=3)
+            .map(|id| Ended::finished(id, "progress", None))
+            .collect::<Vec<_>>()
+    );
+    let counts = conn.counts();
+    conn.finish_quiet().await;
+    assert_eq!(
+        counts,
+        Counts {
+            registered: 3,
+            completed: 3,
+            ..Counts::default()
+        }
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn lsp_progress_keeps_a_request_alive_and_ends_when_it_is_cut_at_the_maximum() {
+    let probe = Probe::new();
+    let mut conn = lsp(&probe, idle(ms(250)));
+    let sent = Instant::now();
+    conn.send(r#"{"jsonrpc":"2.0","id":7,"method":"progress","params":{"steps":10,"every":60,"workDoneToken":"wd-1"}}"#)
+        .await;
+    let token = r#""wd-1""#;
+    conn.expect(&lsp_progress(
+        token,
+        r#"{"kind":"begin","percentage":10,"title":"step 1"}"#,
+    ))
+    .await;
+    for step in 2..=4 {
+        conn.expect(&lsp_progress(
+            token,
+            &format!(
+                r#"{{"kind":"report","message":"step {step}","percentage":{}}}"#,
+                step * 10
+            ),
+        ))
+        .await;
+        assert_about(sent.elapsed(), ms(60 * step));
+    }
+    // Stopped at the maximum: its handle is dropped with it, so the progress still ends, before the reply.
+    conn.expect(&lsp_progress(token, r#"{"kind":"end"}"#)).await;
+    conn.expect(
+        r#"{"jsonrpc":"2.0","id":7,"error":{"code":-32800,"message":"Request cancelled"}}"#,
+    )
+    .await;
+    assert_about(sent.elapsed(), ms(250));
+    assert_eq!(
+        probe.ended(),
+        [Ended::stopped(7, "progress", Some(CancelReason::Timeout))]
+    );
+    let counts = conn.counts();
+    conn.finish_quiet().await;
+    assert_eq!(
+        counts,
+        Counts {
+            registered: 1,
+            cancelled: 1,
+            ..Counts::default()
+        }
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn lsp_a_peer_cancel_ends_the_progress_too() {
+    let probe = Probe::new();
+    let mut conn = lsp(&probe, TimeoutLayer::none());
+    conn.send(r#"{"jsonrpc":"2.0","id":7,"method":"progress","params":{"steps":10,"every":60,"workDoneToken":"wd-1"}}"#)
+        .await;
+    conn.expect(&lsp_progress(
+        r#""wd-1""#,
+        r#"{"kind":"begin","percentage":10,"title":"step 1"}"#,
+    ))
+    .await;
+    conn.send(r#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":7}}"#)
+        .await;
+    conn.expect(&lsp_progress(r#""wd-1""#, r#"{"kind":"end"}"#))
+        .await;
+    conn.expect(
+        r#"{"jsonrpc":"2.0","id":7,"error":{"code":-32800,"message":"Request cancelled"}}"#,
+    )
+    .await;
+    assert_eq!(
+        probe.ended(),
+        [Ended::stopped(
+            7,
+            "progress",
+            Some(CancelReason::peer(None))
+        )]
+    );
+    let counts = conn.counts();
+    conn.finish_quiet().await;
+    assert_eq!(
+        counts,
+        Counts {
+            registered: 1,
+            cancelled: 1,
+            ..Counts::default()
+        }
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn acp_has_no_progress_notification() {
+    let probe = Probe::new();
+    let mut conn = Conn::acp(&probe);
+    conn.send(r#"{"jsonrpc":"2.0","id":1,"method":"progress","params":{"steps":3,"workDoneToken":"wd","_meta":{"progressToken":"p"}}}"#)
+        .await;
+    conn.expect(r#"{"jsonrpc":"2.0","id":1,"result":{"reports":0,"token":null}}"#)
+        .await;
+    assert_eq!(probe.ended(), [Ended::finished(1, "progress", None)]);
+    let counts = conn.counts();
+    conn.finish_quiet().await;
+    assert_eq!(
+        counts,
+        Counts {
+            registered: 1,
+            completed: 1,
+            ..Counts::default()
+        }
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn reports_after_the_request_was_cancelled_are_not_sent() {
+    // Cooperative mode: the handler ignores its token and goes on reporting within its grace; once the request is
+    // cancelled (here at its maximum, 250 ms) its reports are not sent, and it answers a partial result at 600 ms.
+    let probe = Probe::new();
+    let mut conn = Conn::serve(
+        CancelStack::lsp()
+            .timeouts(idle(ms(250)))
+            .cooperative(ms(1000)),
+        &probe,
+        Framing::ContentLength,
+    );
+    let sent = Instant::now();
+    conn.send(r#"{"jsonrpc":"2.0","id":7,"method":"progress","params":{"steps":10,"every":60,"workDoneToken":"wd-1"}}"#)
+        .await;
+    let token = r#""wd-1""#;
+    conn.expect(&lsp_progress(
+        token,
+        r#"{"kind":"begin","percentage":10,"title":"step 1"}"#,
+    ))
+    .await;
+    for step in 2..=4 {
+        conn.expect(&lsp_progress(
+            token,
+            &format!(
+                r#"{{"kind":"report","message":"step {step}","percentage":{}}}"#,
+                step * 10
+            ),
+        ))
+        .await;
+    }
+    conn.expect(&lsp_progress(token, r#"{"kind":"end"}"#)).await;
+    conn.expect(r#"{"jsonrpc":"2.0","id":7,"result":{"reports":4,"token":"wd-1"}}"#)
+        .await;
+    assert_about(sent.elapsed(), ms(600));
+    assert_eq!(
+        probe.ended(),
+        [Ended::finished(7, "progress", Some(CancelReason::Timeout))]
+    );
+    let counts = conn.counts();
+    conn.finish_quiet().await;
+    assert_eq!(
+        counts,
+        Counts {
+            registered: 1,
+            cancelled: 1,
+            ..Counts::default()
+        }
+    );
+}
