@@ -189,7 +189,7 @@ async fn a_request_written_after_the_shutdown_signal_is_never_read() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_request_written_during_the_drain_is_never_read() {
+async fn a_request_written_during_the_drain_is_answered_as_shut_down_and_never_runs() {
     let probe = Probe::new();
     let (mut conn, shutdown) = serve(CancelStack::lsp(), &probe, Framing::ContentLength);
     conn.send(r#"{"jsonrpc":"2.0","id":1,"method":"sleep","params":{"ms":500}}"#)
@@ -202,14 +202,58 @@ async fn a_request_written_during_the_drain_is_never_read() {
     let registry = conn.registry().clone();
     assert_eq!(
         conn.closed_by_server().await,
-        [r#"{"jsonrpc":"2.0","id":1,"result":{"slept":500}}"#]
+        [
+            r#"{"jsonrpc":"2.0","id":2,"error":{"code":-32800,"message":"Request cancelled"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"slept":500}}"#
+        ]
     );
     assert_eq!(probe.started(), 1, "request 2 never started");
     assert_eq!(
         Counts::of(&registry),
         Counts {
-            registered: 1,
+            registered: 2,
             completed: 1,
+            cancelled: 1,
+            ..Counts::default()
+        }
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_peers_cancel_still_reaches_a_request_during_the_drain() {
+    // The drain keeps reading: a cancel is never stuck behind the shutdown (invariant 3), and in MCP the request
+    // the peer cancelled gets no reply at all, not the shutdown's error.
+    let probe = Probe::new();
+    let (mut conn, shutdown) = serve(CancelStack::mcp(), &probe, Framing::Ndjson);
+    conn.send_together(&[
+        r#"{"jsonrpc":"2.0","id":1,"method":"hang"}"#,
+        r#"{"jsonrpc":"2.0","id":2,"method":"sleep","params":{"ms":500}}"#,
+    ])
+    .await;
+    probe.wait_started(2).await;
+    shutdown.shutdown();
+    tokio::time::sleep(ms(100)).await;
+    conn.send(r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1,"reason":"no longer needed"}}"#)
+        .await;
+    let registry = conn.registry().clone();
+    assert_eq!(
+        conn.closed_by_server().await,
+        [r#"{"jsonrpc":"2.0","id":2,"result":{"slept":500}}"#]
+    );
+    assert_eq!(
+        probe.ended_of(1),
+        Some(Ended::stopped(
+            1,
+            "hang",
+            Some(CancelReason::peer(Some("no longer needed".into())))
+        ))
+    );
+    assert_eq!(
+        Counts::of(&registry),
+        Counts {
+            registered: 2,
+            completed: 1,
+            cancelled: 1,
             ..Counts::default()
         }
     );

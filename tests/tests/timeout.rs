@@ -187,7 +187,7 @@ async fn a_per_method_timeout_wins_over_the_default() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_requests_own_timeout_wins_over_the_per_method_and_default_ones() {
+async fn a_requests_own_timeout_may_shorten_the_servers_limits_but_never_extend_them() {
     let probe = Probe::new();
     let mut conn = mcp(
         &probe,
@@ -199,38 +199,34 @@ async fn a_requests_own_timeout_wins_over_the_per_method_and_default_ones() {
     conn.send_together(&[
         // Shorter than the method's timeout.
         r#"{"jsonrpc":"2.0","id":1,"method":"hang","params":{"_meta":{"timeoutMs":250}}}"#,
-        // Longer than the method's timeout: the request's own still wins.
+        // Longer than the method's timeout: capped at it (a peer cannot extend the server's limits).
         r#"{"jsonrpc":"2.0","id":2,"method":"hang","params":{"_meta":{"timeoutMs":3000}}}"#,
         // Not a number of milliseconds: ignored, the method's timeout applies.
         r#"{"jsonrpc":"2.0","id":3,"method":"hang","params":{"_meta":{"timeoutMs":"250"}}}"#,
         // Another field of _meta: ignored too.
         r#"{"jsonrpc":"2.0","id":4,"method":"hang","params":{"_meta":{"timeout":250}}}"#,
-        // Over the default.
+        // Over the default: capped at it.
         r#"{"jsonrpc":"2.0","id":5,"method":"deadline","params":{"_meta":{"timeoutMs":42000}}}"#,
     ])
     .await;
-    conn.expect(r#"{"jsonrpc":"2.0","id":5,"result":{"deadline_ms":42000}}"#)
+    conn.expect(r#"{"jsonrpc":"2.0","id":5,"result":{"deadline_ms":10000}}"#)
         .await;
     conn.expect(
         r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32001,"message":"Request timed out"}}"#,
     )
     .await;
     assert_about(sent.elapsed(), ms(250));
-    let at_1s: Vec<_> = vec![conn.recv().await, conn.recv().await];
+    let at_1s: Vec<_> = vec![conn.recv().await, conn.recv().await, conn.recv().await];
     assert_about(sent.elapsed(), ms(1000));
     assert_eq!(
         tests::set_of(at_1s),
         tests::set_of([
+            r#"{"jsonrpc":"2.0","id":2,"error":{"code":-32001,"message":"Request timed out"}}"#,
             r#"{"jsonrpc":"2.0","id":3,"error":{"code":-32001,"message":"Request timed out"}}"#,
             r#"{"jsonrpc":"2.0","id":4,"error":{"code":-32001,"message":"Request timed out"}}"#,
         ])
     );
-    conn.expect(
-        r#"{"jsonrpc":"2.0","id":2,"error":{"code":-32001,"message":"Request timed out"}}"#,
-    )
-    .await;
-    assert_about(sent.elapsed(), ms(3000));
-    for (id, after) in [(1, 250), (2, 3000), (3, 1000), (4, 1000), (5, 42_000)] {
+    for (id, after) in [(1, 250), (2, 1000), (3, 1000), (4, 1000), (5, 10_000)] {
         assert_eq!(
             probe.deadline_of(id),
             Some(sent + ms(after)),

@@ -58,9 +58,11 @@ pub type ResponseHandler = Box<dyn FnMut(Response) + Send>;
 ///   [`CancelReason::Disconnect`]; the driver waits for them to settle (a cooperative handler gets its whole grace
 ///   period), and up to the [close grace](Server::close_grace) for what could not be cancelled, then drops what
 ///   is left. The registry is empty when `serve` returns.
-/// - On [graceful shutdown](Server::shutdown_handle) the driver stops reading, lets the requests in flight finish
-///   within the [drain timeout](Server::drain_timeout), then cancels the rest with [`CancelReason::Shutdown`]:
-///   every request is answered as its dialect says before the connection closes.
+/// - On [graceful shutdown](Server::shutdown_handle) the driver stops taking work: it lets the requests in flight
+///   finish within the [drain timeout](Server::drain_timeout), then cancels the rest with
+///   [`CancelReason::Shutdown`]. It keeps reading meanwhile, so cancels and the peer's replies still arrive; a
+///   request that arrives during the drain starts out cancelled with reason Shutdown and never runs. Every
+///   request is answered as its dialect says before the connection closes.
 /// - A service that fails readiness ends the connection, as a broken service would for every request.
 pub struct Server<S> {
     service: S,
@@ -255,17 +257,35 @@ where
         let mut result = Ok(());
         let shutdown = self.shutdown.token.clone();
         let mut ending = Ending::Disconnect;
+        // Armed when a graceful shutdown begins: the end of the drain.
+        let mut drain = std::pin::pin!(tokio::time::sleep(Duration::ZERO));
         loop {
+            let draining = ending == Ending::Shutdown;
             let next = tokio::select! {
                 // Replies first: they free table entries and reach the peer sooner.
                 biased;
                 Some(done) = in_flight.next(), if !in_flight.is_empty() => {
                     conn.finish(done);
+                    if draining && in_flight.is_empty() {
+                        break;
+                    }
                     continue;
                 }
                 () = writer_gone.cancelled() => break,
-                () = shutdown.cancelled() => {
+                () = shutdown.cancelled(), if !draining => {
+                    // Reading goes on, so that cancels and the peer's replies still arrive; new requests start
+                    // out cancelled with reason Shutdown and get their dialect's answer without running.
+                    tracing::info!(in_flight = in_flight.len(), "shutting down: draining requests in flight");
                     ending = Ending::Shutdown;
+                    self.registry.refuse_new(CancelReason::Shutdown);
+                    if in_flight.is_empty() {
+                        break;
+                    }
+                    drain.as_mut().reset(tokio::time::Instant::now() + self.drain_timeout);
+                    continue;
+                }
+                () = &mut drain, if draining => {
+                    tracing::info!(left = in_flight.len(), "drain timeout passed: cancelling the rest");
                     break;
                 }
                 frame = frames.next() => frame,
@@ -340,21 +360,6 @@ where
             }
         }
 
-        if ending == Ending::Shutdown && !in_flight.is_empty() {
-            tracing::info!(
-                in_flight = in_flight.len(),
-                "shutting down: draining requests in flight"
-            );
-            let drained =
-                tokio::time::timeout(self.drain_timeout, settle_all(&mut in_flight, &mut conn))
-                    .await;
-            if drained.is_err() {
-                tracing::info!(
-                    left = in_flight.len(),
-                    "drain timeout passed: cancelling the rest"
-                );
-            }
-        }
         // Everything still in flight is cancelled through its lifecycle: the peer is gone (Disconnect) or the
         // server is going (Shutdown). Each gets the close grace to settle: its dialect's reply is written, and in
         // cooperative mode a handler may still clean up.
@@ -421,16 +426,6 @@ where
         };
         (id, outcome)
     })
-}
-
-/// Let every request in flight finish, writing each one's reply.
-async fn settle_all<F: Future<Output = Settled>>(
-    in_flight: &mut FuturesUnordered<F>,
-    conn: &mut Connection,
-) {
-    while let Some(done) = in_flight.next().await {
-        conn.finish(done);
-    }
 }
 
 struct Connection {

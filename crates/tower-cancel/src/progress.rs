@@ -61,14 +61,11 @@ impl ProgressUpdate {
         self
     }
 
-    /// Progress as a percentage from 0 to 100 (of the total if there is one, else `progress` itself).
-    pub fn percentage(&self) -> u32 {
-        let percent = match self.total {
-            Some(total) if total > 0.0 => self.progress / total * 100.0,
-            _ => self.progress,
-        };
+    /// Progress as a percentage from 0 to 100, when there is a total to measure it against.
+    pub fn percentage(&self) -> Option<u32> {
+        let total = self.total.filter(|total| *total > 0.0)?;
         // The clamp makes the cast exact: NaN becomes 0, the rest is within 0..=100.
-        percent.clamp(0.0, 100.0) as u32
+        Some((self.progress / total * 100.0).clamp(0.0, 100.0) as u32)
     }
 }
 

@@ -49,6 +49,8 @@ struct Tables {
     in_flight: HashMap<Id, Arc<Lifecycle>>,
     early: HashMap<Id, CancelReason>,
     early_order: VecDeque<Id>,
+    // Set when the scope stops taking work (a graceful shutdown): new requests start out cancelled with it.
+    refusing: Option<CancelReason>,
 }
 
 #[derive(Default)]
@@ -196,6 +198,12 @@ impl Registry {
             .count()
     }
 
+    /// Stop taking work: every request registered from now on starts out cancelled with `reason`, so it is
+    /// answered as its dialect answers that reason and its handler never runs (a server draining for shutdown).
+    pub fn refuse_new(&self, reason: CancelReason) {
+        self.lock().refusing = Some(reason);
+    }
+
     /// Whether `id` is in flight.
     pub fn contains(&self, id: &Id) -> bool {
         self.lock().in_flight.contains_key(id)
@@ -248,7 +256,7 @@ impl Registry {
             tables
                 .in_flight
                 .insert(lifecycle.id().clone(), lifecycle.clone());
-            early_reason
+            early_reason.or_else(|| tables.refusing.clone())
         };
         self.inner
             .counters
@@ -376,6 +384,18 @@ mod tests {
         let _g3 = registry.register(third.clone()).unwrap();
         assert!(third.is_cancelled());
         assert_eq!(registry.stats().remembered, 1);
+    }
+
+    #[test]
+    fn a_refusing_registry_starts_new_requests_cancelled() {
+        let registry = Registry::new();
+        let before = entry(1);
+        let _g1 = registry.register(before.clone()).unwrap();
+        registry.refuse_new(CancelReason::Shutdown);
+        assert!(!before.is_cancelled(), "requests in flight run on");
+        let after = entry(2);
+        let _g2 = registry.register(after.clone()).unwrap();
+        assert_eq!(after.reason(), Some(&CancelReason::Shutdown));
     }
 
     #[test]

@@ -95,15 +95,22 @@ impl Dialect for Lsp {
             ProgressEvent::Report {
                 first: true,
                 update,
-            } => json!({
-                "kind": "begin",
-                "title": update.message.as_deref().unwrap_or("Working"),
-                "percentage": update.percentage(),
-            }),
+            } => {
+                // `begin` needs a title: the first report's message is it.
+                let title = update.message.as_deref().unwrap_or("Working");
+                let mut value = json!({ "kind": "begin", "title": title });
+                if let Some(percentage) = update.percentage() {
+                    value["percentage"] = json!(percentage);
+                }
+                value
+            }
             ProgressEvent::Report { update, .. } => {
-                let mut value = json!({ "kind": "report", "percentage": update.percentage() });
+                let mut value = json!({ "kind": "report" });
                 if let Some(message) = &update.message {
                     value["message"] = json!(message);
+                }
+                if let Some(percentage) = update.percentage() {
+                    value["percentage"] = json!(percentage);
                 }
                 value
             }

@@ -41,9 +41,10 @@ impl TimeoutLayer {
         self
     }
 
-    /// Read a per-request timeout, in milliseconds, from `params._meta.<field>` (for example
-    /// `"timeoutMs"`). A request's own timeout wins over the per-method and default ones. Reading it parses the
-    /// params, so this costs a little on every request.
+    /// Read a per-request timeout, in milliseconds, from `params._meta.<field>` (for example `"timeoutMs"`). A
+    /// request's own timeout applies where it is shorter than its method's or the default one (a peer cannot
+    /// extend the server's limits); with neither, it applies as it is. Reading it parses the params, so this costs
+    /// a little on every request.
     pub fn from_meta(mut self, field: impl Into<String>) -> Self {
         self.config_mut().meta_field = Some(field.into());
         self

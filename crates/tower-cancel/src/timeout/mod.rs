@@ -1,8 +1,8 @@
 //! Give requests a deadline.
 //!
-//! [`TimeoutLayer`] goes just inside the [`CancelLayer`](crate::CancelLayer). A request's timeout is, first that
-//! applies: its own (read from `params._meta.<field>` with [`TimeoutLayer::from_meta`]), its method's
-//! ([`TimeoutLayer::method`]), the default. The deadline is visible in the request's
+//! [`TimeoutLayer`] goes just inside the [`CancelLayer`](crate::CancelLayer). A request's limit is its method's
+//! ([`TimeoutLayer::method`]) or else the default; a request may carry its own, shorter timeout in
+//! `params._meta.<field>` ([`TimeoutLayer::from_meta`]), never a longer one than that limit. The deadline is visible in the request's
 //! [`RequestContext::deadline`](crate::RequestContext::deadline).
 //!
 //! # Expiry is a cancellation
@@ -93,17 +93,21 @@ impl<S> Timeout<S> {
 
     fn timeout_for(&self, req: &Request) -> Option<Duration> {
         let config = &*self.config;
-        if let Some(field) = &config.meta_field {
-            if let Some(own) = meta_millis(req, field) {
-                return Some(own);
-            }
+        let configured = config
+            .per_method
+            .get(req.method())
+            .copied()
+            .or(config.default);
+        let own = config
+            .meta_field
+            .as_deref()
+            .and_then(|field| meta_millis(req, field));
+        match (own, configured) {
+            // A request may ask for less time than the server allows, never for more: the server's limits
+            // protect it from its peers.
+            (Some(own), Some(limit)) => Some(own.min(limit)),
+            (own, configured) => own.or(configured),
         }
-        if !config.per_method.is_empty() {
-            if let Some(timeout) = config.per_method.get(req.method()) {
-                return Some(*timeout);
-            }
-        }
-        config.default
     }
 }
 
