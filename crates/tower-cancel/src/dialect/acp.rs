@@ -1,5 +1,5 @@
 use serde::Deserialize;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::{
     recognize_cancel, request_cancelled, CancelNotice, CancelledReply, Dialect, Recognized,
@@ -169,5 +169,21 @@ impl Dialect for AcpDraft {
             .and_then(|c| c.cancellation)
             .is_some_and(|c| c.request);
         session.set_peer_accepts_cancel(declared);
+    }
+
+    fn observe_response(&self, method: &str, result: &Value, session: &SessionState) {
+        if method != "initialize" {
+            return;
+        }
+        // The agent's answer to our `initialize`: its capabilities, and the session is initialized.
+        let declared = ["agentCapabilities", "clientCapabilities"]
+            .iter()
+            .any(|side| result[side]["cancellation"]["request"] == Value::Bool(true));
+        session.set_peer_accepts_cancel(declared);
+        session.mark_initialized();
+    }
+
+    fn may_send_cancel(&self, method: &str, session: &SessionState) -> bool {
+        method != "initialize" && session.is_initialized() && session.peer_accepts_cancel()
     }
 }

@@ -107,6 +107,10 @@ impl Dialect for Mcp {
         false
     }
 
+    fn waits_after_cancel(&self) -> bool {
+        false
+    }
+
     fn cancel_message(&self, id: &Id, reason: Option<&str>) -> Request {
         let params = match reason {
             Some(reason) => json!({ "requestId": id, "reason": reason }),

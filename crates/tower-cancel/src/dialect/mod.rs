@@ -102,6 +102,22 @@ pub trait Dialect: Clone + Send + Sync + 'static {
 
     /// Look at an incoming request before it is dispatched (for example, read capabilities from `initialize`).
     fn observe_request(&self, _request: &Request, _session: &SessionState) {}
+
+    /// Look at the result of a request this side sent (for example, read the peer's capabilities from the
+    /// `initialize` result).
+    fn observe_response(&self, _method: &str, _result: &Value, _session: &SessionState) {}
+
+    /// Whether this side may send a cancel for its own request of `method` (never for `initialize`; in the ACP
+    /// draft only to a peer that declared the capability).
+    fn may_send_cancel(&self, method: &str, _session: &SessionState) -> bool {
+        method != "initialize"
+    }
+
+    /// Whether a caller keeps waiting for the peer's reply after it sent a cancel (LSP and ACP: the peer still
+    /// answers, with -32800 or a partial result) or stops at once (MCP: the peer sends nothing).
+    fn waits_after_cancel(&self) -> bool {
+        true
+    }
 }
 
 /// The -32800 reply of LSP and ACP.

@@ -66,6 +66,18 @@ impl<D: Dialect> Dialect for ServerCancellable<D> {
         self.dialect.observe_request(request, session);
     }
 
+    fn observe_response(&self, method: &str, result: &Value, session: &SessionState) {
+        self.dialect.observe_response(method, result, session);
+    }
+
+    fn may_send_cancel(&self, method: &str, session: &SessionState) -> bool {
+        self.dialect.may_send_cancel(method, session)
+    }
+
+    fn waits_after_cancel(&self) -> bool {
+        self.dialect.waits_after_cancel()
+    }
+
     fn progress_token(&self, request: &Request) -> Option<Value> {
         self.dialect.progress_token(request)
     }

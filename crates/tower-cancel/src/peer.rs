@@ -1,0 +1,436 @@
+//! Requests to the other side of a connection, cancelled when their caller gives up.
+//!
+//! A [`Peer`] sends requests and notifications through the connection's [`Outbox`] and matches the replies the
+//! transport hands it ([`Peer::dispatch_response`]). Each request is a [`PeerCall`] future:
+//!
+//! - **Dropping it** before the reply sends the dialect's cancel (LSP `$/cancelRequest`, ACP `$/cancel_request`,
+//!   MCP `notifications/cancelled`), unless it was [detached](PeerCall::detach).
+//! - **A token** ([`PeerCall::cancel_on`]) or **a timeout** ([`PeerCall::timeout`], or the peer's default) sends the
+//!   cancel too. Then the call keeps waiting for the peer's reply where the dialect says the peer still answers
+//!   (LSP, ACP: a -32800 error or a partial result), or stops at once with [`PeerError::Cancelled`] /
+//!   [`PeerError::TimedOut`] (MCP; or any dialect with [`PeerCall::wait_after_cancel`]`(false)`).
+//! - A cancel is never sent for `initialize`, and in the ACP draft never to a peer that did not declare
+//!   `cancellation.request` (learned from the `initialize` exchange).
+//! - Replies that arrive after the caller stopped waiting are dropped quietly and counted
+//!   ([`PeerStats::late_replies`]). When the connection closes, pending calls fail with [`PeerError::Closed`].
+//!
+//! The pending table is empty after every path: reply, drop, timeout, cancel, close.
+
+use std::{
+    collections::HashMap,
+    fmt,
+    future::Future,
+    pin::Pin,
+    sync::{
+        atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering},
+        Arc, Mutex, MutexGuard,
+    },
+    task::{Context, Poll},
+    time::Duration,
+};
+
+use serde::Serialize;
+use serde_json::Value;
+use tokio::{sync::oneshot, time::Sleep};
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
+
+use crate::{
+    dialect::Dialect,
+    message::{ErrorObject, Id, Request, Response},
+    outbox::Outbox,
+    registry::{Registry, SessionState},
+};
+
+/// The part of a dialect a peer needs, object-safe so that `Peer` is one type for every dialect.
+trait PeerDialect: Send + Sync {
+    fn cancel_message(&self, id: &Id, reason: Option<&str>) -> Request;
+    fn may_send_cancel(&self, method: &str, session: &SessionState) -> bool;
+    fn waits_after_cancel(&self) -> bool;
+    fn observe_response(&self, method: &str, result: &Value, session: &SessionState);
+}
+
+impl<D: Dialect> PeerDialect for D {
+    fn cancel_message(&self, id: &Id, reason: Option<&str>) -> Request {
+        Dialect::cancel_message(self, id, reason)
+    }
+
+    fn may_send_cancel(&self, method: &str, session: &SessionState) -> bool {
+        Dialect::may_send_cancel(self, method, session)
+    }
+
+    fn waits_after_cancel(&self) -> bool {
+        Dialect::waits_after_cancel(self)
+    }
+
+    fn observe_response(&self, method: &str, result: &Value, session: &SessionState) {
+        Dialect::observe_response(self, method, result, session);
+    }
+}
+
+/// The other side of a connection, as this side sends to it. Cloning gives another handle to the same peer.
+#[derive(Clone)]
+pub struct Peer {
+    shared: Arc<Shared>,
+    default_timeout: Option<Duration>,
+}
+
+struct Shared {
+    dialect: Box<dyn PeerDialect>,
+    outbox: Outbox,
+    registry: Registry,
+    pending: Mutex<HashMap<Id, Pending>>,
+    next_id: AtomicI64,
+    closed: AtomicBool,
+    stats: Counters,
+}
+
+struct Pending {
+    method: String,
+    reply: oneshot::Sender<Response>,
+}
+
+#[derive(Default)]
+struct Counters {
+    sent: AtomicU64,
+    cancels_sent: AtomicU64,
+    late_replies: AtomicU64,
+}
+
+/// A snapshot of a peer's counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PeerStats {
+    /// Requests sent.
+    pub sent: u64,
+    /// Cancels sent.
+    pub cancels_sent: u64,
+    /// Replies that arrived after their caller stopped waiting (or for ids never sent), dropped.
+    pub late_replies: u64,
+    /// Requests waiting for their reply now.
+    pub pending: usize,
+}
+
+/// Why a call to the peer did not give a result.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum PeerError {
+    /// The peer answered with an error (after a cancel, LSP and ACP peers answer -32800).
+    Rejected(ErrorObject),
+    /// The call was cancelled by its token and stopped waiting.
+    Cancelled,
+    /// The call's timeout passed and it stopped waiting.
+    TimedOut,
+    /// The connection closed before the reply.
+    Closed,
+}
+
+impl fmt::Display for PeerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PeerError::Rejected(error) => write!(f, "the peer answered with an error: {error}"),
+            PeerError::Cancelled => f.write_str("request cancelled"),
+            PeerError::TimedOut => f.write_str("request timed out"),
+            PeerError::Closed => f.write_str("connection closed"),
+        }
+    }
+}
+
+impl std::error::Error for PeerError {}
+
+impl Peer {
+    /// A peer sending through `outbox`, with the dialect's rules, its session state read from `registry` (the
+    /// connection's scope).
+    pub fn new<D: Dialect>(dialect: D, outbox: Outbox, registry: Registry) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                dialect: Box::new(dialect),
+                outbox,
+                registry,
+                pending: Mutex::new(HashMap::new()),
+                next_id: AtomicI64::new(0),
+                closed: AtomicBool::new(false),
+                stats: Counters::default(),
+            }),
+            default_timeout: None,
+        }
+    }
+
+    /// This handle with a default timeout for its requests (a call's own [`PeerCall::timeout`] wins). Other
+    /// handles to the same peer keep theirs.
+    pub fn with_default_timeout(mut self, timeout: Duration) -> Self {
+        self.default_timeout = Some(timeout);
+        self
+    }
+
+    /// Send a request. The returned future resolves to the result; see the [module docs](self) for what
+    /// dropping it, its token and its timeout do.
+    pub fn request(&self, method: impl Into<String>, params: impl Serialize) -> PeerCall {
+        let method = method.into();
+        let id = Id::Number(self.shared.next_id.fetch_add(1, Ordering::Relaxed));
+        let (tx, rx) = oneshot::channel();
+        let request = Request::new(id.clone(), method.clone(), params);
+        let mut call = PeerCall {
+            peer: self.clone(),
+            id: id.clone(),
+            method: method.clone(),
+            reply: rx,
+            timeout: self
+                .default_timeout
+                .map(|d| Box::pin(tokio::time::sleep(d))),
+            cancel_on: None,
+            wait_after_cancel: self.shared.dialect.waits_after_cancel(),
+            state: State::Waiting,
+        };
+        if self.shared.closed.load(Ordering::Acquire) {
+            call.state = State::Done;
+            call.reply = closed_receiver();
+            return call;
+        }
+        self.lock()
+            .insert(id.clone(), Pending { method, reply: tx });
+        if self.shared.outbox.send_request(&request).is_err() {
+            self.lock().remove(&id);
+            call.state = State::Done;
+            call.reply = closed_receiver();
+            return call;
+        }
+        self.shared.stats.sent.fetch_add(1, Ordering::Relaxed);
+        call
+    }
+
+    /// Send a notification.
+    pub fn notify(
+        &self,
+        method: impl Into<String>,
+        params: impl Serialize,
+    ) -> Result<(), PeerError> {
+        self.shared
+            .outbox
+            .send_request(&Request::notification(method, params))
+            .map_err(|_| PeerError::Closed)
+    }
+
+    /// Hand the peer a reply that arrived on the connection. Returns `false` if no call was waiting for it (it
+    /// is dropped and counted as late).
+    pub fn dispatch_response(&self, response: Response) -> bool {
+        let pending = response.id.as_ref().and_then(|id| self.lock().remove(id));
+        let Some(pending) = pending else {
+            self.shared
+                .stats
+                .late_replies
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(id = ?response.id, "late reply dropped");
+            return false;
+        };
+        if let Ok(result) = &response.outcome {
+            self.shared.dialect.observe_response(
+                &pending.method,
+                result,
+                self.shared.registry.session(),
+            );
+        }
+        if pending.reply.send(response).is_err() {
+            // The caller went away between the lookup and now: the reply is late after all.
+            self.shared
+                .stats
+                .late_replies
+                .fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }
+
+    /// The connection closed: every pending call fails with [`PeerError::Closed`], and later requests too.
+    pub fn close(&self) {
+        self.shared.closed.store(true, Ordering::Release);
+        // Dropping the senders wakes every waiting call with `Closed`.
+        self.lock().clear();
+    }
+
+    /// The counters, and the size of the pending table now.
+    pub fn stats(&self) -> PeerStats {
+        let s = &self.shared.stats;
+        PeerStats {
+            sent: s.sent.load(Ordering::Relaxed),
+            cancels_sent: s.cancels_sent.load(Ordering::Relaxed),
+            late_replies: s.late_replies.load(Ordering::Relaxed),
+            pending: self.lock().len(),
+        }
+    }
+
+    fn send_cancel(&self, id: &Id, method: &str, reason: Option<&str>) -> bool {
+        let shared = &self.shared;
+        if !shared
+            .dialect
+            .may_send_cancel(method, shared.registry.session())
+        {
+            tracing::debug!(%id, method, "no cancel sent: the dialect does not allow it here");
+            return false;
+        }
+        let sent = shared
+            .outbox
+            .send_request(&shared.dialect.cancel_message(id, reason))
+            .is_ok();
+        if sent {
+            shared.stats.cancels_sent.fetch_add(1, Ordering::Relaxed);
+        }
+        sent
+    }
+
+    fn forget(&self, id: &Id) {
+        self.lock().remove(id);
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<Id, Pending>> {
+        // The critical sections run no user code: a poisoned lock still holds a consistent table.
+        self.shared
+            .pending
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+fn closed_receiver() -> oneshot::Receiver<Response> {
+    oneshot::channel().1
+}
+
+impl fmt::Debug for Peer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Peer")
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    Waiting,
+    // A cancel went out (or could not be sent) and the call waits for the peer's reply; the error is the one to
+    // give if the connection closes meanwhile.
+    CancelledWaiting,
+    Detached,
+    Done,
+}
+
+/// A request to the peer: resolves to its result. See the [module docs](self).
+#[must_use = "a PeerCall that is dropped at once cancels its request"]
+pub struct PeerCall {
+    peer: Peer,
+    id: Id,
+    method: String,
+    reply: oneshot::Receiver<Response>,
+    timeout: Option<Pin<Box<Sleep>>>,
+    cancel_on: Option<Pin<Box<WaitForCancellationFutureOwned>>>,
+    wait_after_cancel: bool,
+    state: State,
+}
+
+impl PeerCall {
+    /// The request's id on the wire.
+    pub fn id(&self) -> &Id {
+        &self.id
+    }
+
+    /// Stop after `timeout`, sending the cancel.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(Box::pin(tokio::time::sleep(timeout)));
+        self
+    }
+
+    /// Cancel when `token` fires, sending the cancel.
+    pub fn cancel_on(mut self, token: CancellationToken) -> Self {
+        self.cancel_on = Some(Box::pin(token.cancelled_owned()));
+        self
+    }
+
+    /// After a cancel, keep waiting for the peer's reply (`true`) or stop at once (`false`). The default is the
+    /// dialect's (see [`Dialect::waits_after_cancel`]); `false` is ACP's `stopWaitingOnCancel`.
+    pub fn wait_after_cancel(mut self, wait: bool) -> Self {
+        self.wait_after_cancel = wait;
+        self
+    }
+
+    /// Opt out of cancel-on-drop: dropping the call lets the request run to completion on the peer (its reply is
+    /// then dropped and counted as late).
+    pub fn detach(mut self) -> Self {
+        if self.state == State::Waiting {
+            self.state = State::Detached;
+        }
+        self
+    }
+
+    fn stop(&mut self, error: PeerError, reason: &str) -> Poll<Result<Value, PeerError>> {
+        let sent = self.peer.send_cancel(&self.id, &self.method, Some(reason));
+        // Waiting on is only worth it if the peer heard the cancel and will answer.
+        if self.wait_after_cancel && sent {
+            self.state = State::CancelledWaiting;
+            return Poll::Pending;
+        }
+        self.state = State::Done;
+        self.peer.forget(&self.id);
+        Poll::Ready(Err(error))
+    }
+}
+
+impl Future for PeerCall {
+    type Output = Result<Value, PeerError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        if this.state == State::Done {
+            return Poll::Ready(Err(PeerError::Closed));
+        }
+        if let Poll::Ready(reply) = Pin::new(&mut this.reply).poll(cx) {
+            this.state = State::Done;
+            return Poll::Ready(match reply {
+                Ok(response) => response.outcome.map_err(PeerError::Rejected),
+                Err(_) => Err(PeerError::Closed),
+            });
+        }
+        if matches!(this.state, State::Waiting | State::Detached) {
+            if let Some(token) = &mut this.cancel_on {
+                if token.as_mut().poll(cx).is_ready() {
+                    let poll = this.stop(PeerError::Cancelled, "cancelled by the caller");
+                    if poll.is_ready() {
+                        return poll;
+                    }
+                }
+            }
+        }
+        if matches!(this.state, State::Waiting | State::Detached) {
+            if let Some(timeout) = &mut this.timeout {
+                if timeout.as_mut().poll(cx).is_ready() {
+                    let poll = this.stop(PeerError::TimedOut, "timed out");
+                    if poll.is_ready() {
+                        return poll;
+                    }
+                }
+            }
+        }
+        Poll::Pending
+    }
+}
+
+impl Drop for PeerCall {
+    fn drop(&mut self) {
+        match self.state {
+            State::Done => return,
+            State::Waiting => {
+                self.peer
+                    .send_cancel(&self.id, &self.method, Some("caller went away"));
+            }
+            State::CancelledWaiting | State::Detached => {}
+        }
+        self.peer.forget(&self.id);
+    }
+}
+
+impl fmt::Debug for PeerCall {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PeerCall")
+            .field("id", &self.id)
+            .field("method", &self.method)
+            .field("state", &self.state)
+            .finish()
+    }
+}

@@ -1,0 +1,178 @@
+//! `Peer` on its own: what goes out on the wire for each way a call ends, and the pending table after it.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::sync::mpsc::error::TryRecvError;
+use tokio_test::{assert_pending, assert_ready, task};
+use tokio_util::sync::CancellationToken;
+use tower_cancel::{
+    dialect::{AcpDraft, Lsp, Mcp},
+    outbox::OutboxReceiver,
+    Dialect, ErrorObject, Id, Outbox, Peer, PeerError, Registry, Response,
+};
+
+fn peer<D: Dialect>(dialect: D) -> (Peer, OutboxReceiver) {
+    let (outbox, rx) = Outbox::new();
+    (Peer::new(dialect, outbox, Registry::new()), rx)
+}
+
+fn sent(rx: &mut OutboxReceiver) -> Value {
+    serde_json::from_slice(&rx.try_recv().expect("a message was sent")).unwrap()
+}
+
+fn nothing_sent(rx: &mut OutboxReceiver) {
+    assert_eq!(rx.try_recv().unwrap_err(), TryRecvError::Empty);
+}
+
+#[tokio::test]
+async fn a_reply_resolves_the_call_and_empties_the_table() {
+    let (peer, mut rx) = peer(Lsp);
+    let mut call = task::spawn(peer.request("hover", json!({ "line": 1 })));
+    assert_eq!(
+        sent(&mut rx),
+        json!({ "jsonrpc": "2.0", "id": 0, "method": "hover", "params": { "line": 1 } })
+    );
+    assert_pending!(call.poll());
+    assert!(peer.dispatch_response(Response::ok(0.into(), json!("docs"))));
+    assert_eq!(assert_ready!(call.poll()), Ok(json!("docs")));
+    drop(call);
+    nothing_sent(&mut rx);
+    assert_eq!(peer.stats().pending, 0);
+}
+
+#[tokio::test]
+async fn dropping_a_call_sends_exactly_one_cancel_and_the_late_reply_is_dropped() {
+    let (peer, mut rx) = peer(Lsp);
+    let call = peer.request("slow", ());
+    sent(&mut rx);
+    drop(call);
+    assert_eq!(
+        sent(&mut rx),
+        json!({ "jsonrpc": "2.0", "method": "$/cancelRequest", "params": { "id": 0 } })
+    );
+    nothing_sent(&mut rx);
+    assert_eq!(peer.stats().pending, 0);
+    let cancelled = ErrorObject::new(-32800, "Request cancelled");
+    assert!(!peer.dispatch_response(Response::error(Some(0.into()), cancelled)));
+    assert_eq!(peer.stats().late_replies, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_lsp_timeout_sends_the_cancel_and_waits_for_the_peers_answer() {
+    let (peer, mut rx) = peer(Lsp);
+    let mut call = task::spawn(peer.request("slow", ()).timeout(Duration::from_millis(100)));
+    sent(&mut rx);
+    assert_pending!(call.poll());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_pending!(call.poll(), "LSP keeps waiting after the cancel");
+    assert_eq!(sent(&mut rx)["method"], "$/cancelRequest");
+    let cancelled = ErrorObject::new(-32800, "Request cancelled");
+    peer.dispatch_response(Response::error(Some(0.into()), cancelled.clone()));
+    assert_eq!(
+        assert_ready!(call.poll()),
+        Err(PeerError::Rejected(cancelled))
+    );
+    drop(call);
+    nothing_sent(&mut rx);
+    assert_eq!(peer.stats().pending, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_mcp_timeout_stops_waiting_at_once_and_says_why() {
+    let (peer, mut rx) = peer(Mcp);
+    let mut call = task::spawn(
+        peer.request("tools/call", ())
+            .timeout(Duration::from_millis(100)),
+    );
+    sent(&mut rx);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(assert_ready!(call.poll()), Err(PeerError::TimedOut));
+    assert_eq!(
+        sent(&mut rx),
+        json!({ "jsonrpc": "2.0", "method": "notifications/cancelled", "params": { "requestId": 0, "reason": "timed out" } })
+    );
+    drop(call);
+    nothing_sent(&mut rx);
+    assert_eq!(peer.stats().pending, 0);
+    assert!(!peer.dispatch_response(Response::ok(0.into(), json!({}))));
+    assert_eq!(peer.stats().late_replies, 1);
+}
+
+#[tokio::test]
+async fn a_token_cancels_and_stop_waiting_overrides_the_dialect() {
+    let (peer, mut rx) = peer(Lsp);
+    let token = CancellationToken::new();
+    let mut call = task::spawn(
+        peer.request("slow", ())
+            .cancel_on(token.clone())
+            .wait_after_cancel(false),
+    );
+    sent(&mut rx);
+    assert_pending!(call.poll());
+    token.cancel();
+    assert_eq!(assert_ready!(call.poll()), Err(PeerError::Cancelled));
+    assert_eq!(sent(&mut rx)["method"], "$/cancelRequest");
+    drop(call);
+    nothing_sent(&mut rx);
+    assert_eq!(peer.stats().pending, 0);
+}
+
+#[tokio::test]
+async fn initialize_and_detached_calls_are_never_cancelled() {
+    let (peer, mut rx) = peer(Lsp);
+    drop(peer.request("initialize", json!({})));
+    sent(&mut rx);
+    nothing_sent(&mut rx);
+    drop(peer.request("build", ()).detach());
+    sent(&mut rx);
+    nothing_sent(&mut rx);
+    assert_eq!(peer.stats().pending, 0);
+    assert_eq!(peer.stats().cancels_sent, 0);
+}
+
+#[tokio::test]
+async fn the_acp_draft_sends_cancels_only_to_a_peer_that_declared_them() {
+    let (peer, mut rx) = peer(AcpDraft::new());
+    let mut init = task::spawn(peer.request("initialize", json!({ "protocolVersion": 1 })));
+    sent(&mut rx);
+    peer.dispatch_response(Response::ok(
+        0.into(),
+        json!({ "protocolVersion": 1, "agentCapabilities": {} }),
+    ));
+    assert!(assert_ready!(init.poll()).is_ok());
+    drop(peer.request("session/prompt", ()));
+    sent(&mut rx);
+    nothing_sent(&mut rx);
+
+    let (peer, mut rx) = self::peer(AcpDraft::new());
+    let mut init = task::spawn(peer.request("initialize", json!({ "protocolVersion": 1 })));
+    sent(&mut rx);
+    peer.dispatch_response(Response::ok(
+        0.into(),
+        json!({ "agentCapabilities": { "cancellation": { "request": true } } }),
+    ));
+    assert!(assert_ready!(init.poll()).is_ok());
+    drop(peer.request("session/prompt", ()));
+    sent(&mut rx);
+    assert_eq!(
+        sent(&mut rx),
+        json!({ "jsonrpc": "2.0", "method": "$/cancelRequest", "params": { "id": 1 } })
+    );
+}
+
+#[tokio::test]
+async fn closing_fails_pending_calls_and_later_ones() {
+    let (peer, mut rx) = peer(Lsp);
+    let mut call = task::spawn(peer.request("slow", ()));
+    sent(&mut rx);
+    assert_pending!(call.poll());
+    peer.close();
+    assert_eq!(assert_ready!(call.poll()), Err(PeerError::Closed));
+    let mut later = task::spawn(peer.request("more", ()));
+    assert_eq!(assert_ready!(later.poll()), Err(PeerError::Closed));
+    drop((call, later));
+    nothing_sent(&mut rx);
+    assert_eq!(peer.stats().pending, 0);
+    assert!(!peer.dispatch_response(Response::ok(Id::from(0), Value::Null)));
+}
