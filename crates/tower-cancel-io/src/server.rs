@@ -17,8 +17,8 @@ use tokio_util::{
     sync::CancellationToken,
 };
 use tower_cancel::{
-    outbox::OutboxReceiver, BoxError, CancelReason, ErrorObject, Id, Message, Outbox, Registry,
-    Request, Response,
+    outbox::OutboxReceiver, BoxError, CancelReason, Dialect, ErrorObject, Id, Message, Outbox,
+    Peer, Registry, Request, Response,
 };
 use tower_service::Service;
 
@@ -52,7 +52,7 @@ pub type ResponseHandler = Box<dyn FnMut(Response) + Send>;
 /// - Every request carries the connection's [`Registry`] in its extensions: the connection is the scope of its
 ///   cancels.
 /// - Replies from the peer (to requests this side sent) never reach the service; they go to the
-///   [response handler](Server::on_response).
+///   connection's [`Peer`] (see [`Server::peer`]) or to the [response handler](Server::on_response).
 /// - Every request also carries the connection's [`Outbox`], through which handlers send progress reports.
 /// - When the peer closes the connection (or the write side fails), every request in flight is cancelled with
 ///   [`CancelReason::Disconnect`]; the driver waits for them to settle (a cooperative handler gets its whole grace
@@ -72,6 +72,9 @@ pub struct Server<S> {
     drain_timeout: Duration,
     shutdown: ShutdownHandle,
     on_response: ResponseHandler,
+    outbox: Outbox,
+    outbox_rx: OutboxReceiver,
+    peer: Option<Peer>,
 }
 
 /// Starts a graceful shutdown of one connection (see [`Server::shutdown_handle`]). Cloning gives another handle to
@@ -125,7 +128,11 @@ where
 {
     /// A driver for `service`, with a new registry for the connection.
     pub fn new(service: S) -> Self {
+        let (outbox, outbox_rx) = Outbox::new();
         Self {
+            outbox,
+            outbox_rx,
+            peer: None,
             service,
             registry: Registry::new(),
             max_frame_size: DEFAULT_MAX_FRAME_SIZE,
@@ -175,7 +182,20 @@ where
         self.shutdown.clone()
     }
 
-    /// Where replies from the peer go (the table of this side's outgoing requests).
+    /// The connection's [`Peer`], to send requests to the other side (in either direction: a server calls its
+    /// client too). The first call creates it with `dialect`'s rules; later calls return the same peer. From then
+    /// on the peer's replies go to it, every request carries it in its extensions (a
+    /// [`CascadeLayer`](tower_cancel::CascadeLayer) makes it a child of the request), and its pending calls fail
+    /// with [`PeerError::Closed`](tower_cancel::PeerError::Closed) when the connection ends.
+    ///
+    /// Set the registry ([`Server::with_registry`]) before: the peer reads the dialect's session state there.
+    pub fn peer<D: Dialect>(&mut self, dialect: D) -> Peer {
+        self.peer
+            .get_or_insert_with(|| Peer::new(dialect, self.outbox.clone(), self.registry.clone()))
+            .clone()
+    }
+
+    /// Where replies from the peer go when there is no [`Peer`] (by default they are logged and dropped).
     pub fn on_response(mut self, handler: impl FnMut(Response) + Send + 'static) -> Self {
         self.on_response = Box::new(handler);
         self
@@ -210,7 +230,7 @@ where
     }
 
     /// Serve the connection with any codec that yields frames the way the built-in ones do.
-    pub async fn serve_with<R, W, C>(self, reader: R, writer: W, codec: C) -> io::Result<()>
+    pub async fn serve_with<R, W, C>(mut self, reader: R, writer: W, codec: C) -> io::Result<()>
     where
         R: AsyncRead + Unpin,
         W: AsyncWrite + Unpin,
@@ -218,7 +238,9 @@ where
             + for<'a> Encoder<&'a [u8], Error = io::Error>
             + Clone,
     {
-        let (outbox, rx) = Outbox::new();
+        let outbox = self.outbox.clone();
+        // The read loop takes `self`; the writer takes the receiver, leaving an unused one in its place.
+        let rx = std::mem::replace(&mut self.outbox_rx, Outbox::new().1);
         // The writer stops when told, not when every outbox is dropped: handlers may keep clones.
         let closing = CancellationToken::new();
         let writer_gone = CancellationToken::new();
@@ -311,7 +333,12 @@ where
             let mut request = match Message::from_slice(&bytes) {
                 Ok(Message::Request(request)) => request,
                 Ok(Message::Response(response)) => {
-                    (self.on_response)(response);
+                    match &self.peer {
+                        Some(peer) => {
+                            peer.dispatch_response(response);
+                        }
+                        None => (self.on_response)(response),
+                    }
                     continue;
                 }
                 Err(invalid) => {
@@ -332,6 +359,9 @@ where
             }
             request.extensions_mut().insert(self.registry.clone());
             request.extensions_mut().insert(conn.outbox.clone());
+            if let Some(peer) = &self.peer {
+                request.extensions_mut().insert(peer.clone());
+            }
 
             // Wait for readiness while still settling requests in flight: readiness may depend on them.
             let ready = loop {
@@ -360,6 +390,11 @@ where
             }
         }
 
+        // Nothing more is read, so no reply can reach the peer's pending calls: they fail now, rather than keep a
+        // handler that waits on one (in cooperative mode) until its grace ends.
+        if let Some(peer) = &self.peer {
+            peer.close();
+        }
         // Everything still in flight is cancelled through its lifecycle: the peer is gone (Disconnect) or the
         // server is going (Shutdown). Each gets the close grace to settle: its dialect's reply is written, and in
         // cooperative mode a handler may still clean up.

@@ -5,7 +5,7 @@ use std::{fmt, sync::Arc};
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
-use crate::{lifecycle::Lifecycle, message::Id, progress::ProgressFormat};
+use crate::{lifecycle::Lifecycle, message::Id, peer::Peer, progress::ProgressFormat};
 
 /// Why a request was cancelled. Every source ends in the same lifecycle; the dialect renders the reply from this.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -82,6 +82,7 @@ impl fmt::Display for CancelReason {
 pub struct RequestContext {
     lifecycle: Arc<Lifecycle>,
     progress: Option<Arc<dyn ProgressFormat>>,
+    peer: Option<Peer>,
 }
 
 impl RequestContext {
@@ -92,7 +93,25 @@ impl RequestContext {
         Self {
             lifecycle,
             progress,
+            peer: None,
         }
+    }
+
+    pub(crate) fn set_peer(&mut self, peer: Peer) {
+        self.peer = Some(peer);
+    }
+
+    /// The connection's peer, as a child of this request: a request sent through it is cancelled (and the peer
+    /// sent the cancel) when this request is cancelled, from any source. Set by a
+    /// [`CascadeLayer`](crate::CascadeLayer) on a connection that has a peer.
+    pub fn peer(&self) -> Option<&Peer> {
+        self.peer.as_ref()
+    }
+
+    /// A token that fires when this request is cancelled, for in-process sub-operations (cancelling it does not
+    /// cancel the request).
+    pub fn child_token(&self) -> CancellationToken {
+        self.lifecycle.token().child_token()
     }
 
     pub(crate) fn lifecycle(&self) -> &Arc<Lifecycle> {

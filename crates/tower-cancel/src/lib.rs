@@ -9,6 +9,7 @@
 //! ErrorMapLayer<D>   every outcome -> the dialect's wire reply (-32800, no reply for MCP, -32603 for a panic, ...)
 //! CancelLayer<D>     consumes cancel messages; registers each request; gives it a RequestContext; races it
 //! TimeoutLayer       a deadline per request; on expiry, cancels it with reason Timeout (answered like a cancel)
+//! CascadeLayer       gives the handler a Peer whose requests are cancelled with the handler's own request
 //! your service       Service<Request, Response = serde_json::Value>
 //! ```
 //!
@@ -52,6 +53,7 @@
 #![forbid(unsafe_code)]
 
 pub mod cancel;
+pub mod cascade;
 mod context;
 pub mod dialect;
 pub mod error_map;
@@ -65,6 +67,7 @@ mod stack;
 pub mod timeout;
 
 pub use cancel::{CancelLayer, Cancelled, Mode};
+pub use cascade::CascadeLayer;
 pub use context::{CancelReason, RequestContext};
 pub use dialect::Dialect;
 pub use error_map::ErrorMapLayer;

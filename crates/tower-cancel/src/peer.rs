@@ -5,7 +5,8 @@
 //!
 //! - **Dropping it** before the reply sends the dialect's cancel (LSP `$/cancelRequest`, ACP `$/cancel_request`,
 //!   MCP `notifications/cancelled`), unless it was [detached](PeerCall::detach).
-//! - **A token** ([`PeerCall::cancel_on`]) or **a timeout** ([`PeerCall::timeout`], or the peer's default) sends the
+//! - **The parent request** being cancelled (a handle from [`Peer::child_of`], as the
+//!   [`CascadeLayer`](crate::CascadeLayer) gives every request), **a token** ([`PeerCall::cancel_on`]) or **a timeout** ([`PeerCall::timeout`], or the peer's default) sends the
 //!   cancel too. Then the call keeps waiting for the peer's reply where the dialect says the peer still answers
 //!   (LSP, ACP: a -32800 error or a partial result), or stops at once with [`PeerError::Cancelled`] /
 //!   [`PeerError::TimedOut`] (MCP; or any dialect with [`PeerCall::wait_after_cancel`]`(false)`).
@@ -72,6 +73,8 @@ impl<D: Dialect> PeerDialect for D {
 pub struct Peer {
     shared: Arc<Shared>,
     default_timeout: Option<Duration>,
+    // Set on a request's child handle (see `CascadeLayer`): its calls are cancelled with the request.
+    parent: Option<CancellationToken>,
 }
 
 struct Shared {
@@ -152,6 +155,17 @@ impl Peer {
                 stats: Counters::default(),
             }),
             default_timeout: None,
+            parent: None,
+        }
+    }
+
+    /// A handle whose calls are children of `parent`: when the token fires, each outstanding call is cancelled
+    /// and the peer is sent the cancel for it. [`CascadeLayer`](crate::CascadeLayer) gives each request such a
+    /// handle, tied to the request's own token.
+    pub fn child_of(&self, parent: CancellationToken) -> Self {
+        Self {
+            parent: Some(parent),
+            ..self.clone()
         }
     }
 
@@ -178,6 +192,10 @@ impl Peer {
                 .default_timeout
                 .map(|d| Box::pin(tokio::time::sleep(d))),
             cancel_on: None,
+            parent: self
+                .parent
+                .clone()
+                .map(|token| Box::pin(token.cancelled_owned())),
             wait_after_cancel: self.shared.dialect.waits_after_cancel(),
             state: State::Waiting,
         };
@@ -321,6 +339,7 @@ pub struct PeerCall {
     reply: oneshot::Receiver<Response>,
     timeout: Option<Pin<Box<Sleep>>>,
     cancel_on: Option<Pin<Box<WaitForCancellationFutureOwned>>>,
+    parent: Option<Pin<Box<WaitForCancellationFutureOwned>>>,
     wait_after_cancel: bool,
     state: State,
 }
@@ -386,6 +405,16 @@ impl Future for PeerCall {
                 Ok(response) => response.outcome.map_err(PeerError::Rejected),
                 Err(_) => Err(PeerError::Closed),
             });
+        }
+        if matches!(this.state, State::Waiting | State::Detached) {
+            if let Some(parent) = &mut this.parent {
+                if parent.as_mut().poll(cx).is_ready() {
+                    let poll = this.stop(PeerError::Cancelled, "parent request cancelled");
+                    if poll.is_ready() {
+                        return poll;
+                    }
+                }
+            }
         }
         if matches!(this.state, State::Waiting | State::Detached) {
             if let Some(token) = &mut this.cancel_on {

@@ -6,6 +6,7 @@ use tower_layer::Layer;
 
 use crate::{
     cancel::{Cancel, CancelLayer, Mode},
+    cascade::{Cascade, CascadeLayer},
     dialect::{Acp, AcpDraft, Dialect, Lsp, Mcp},
     error_map::{ErrorMap, ErrorMapLayer},
     registry::Registry,
@@ -13,7 +14,8 @@ use crate::{
 };
 
 /// The whole stack for a dialect: [`ErrorMapLayer`] outside, then [`CancelLayer`], then [`TimeoutLayer`] (no
-/// deadline unless you set one with [`CancelStack::timeout`] or [`CancelStack::timeouts`]).
+/// deadline unless you set one with [`CancelStack::timeout`] or [`CancelStack::timeouts`]), then
+/// [`CascadeLayer`].
 ///
 /// It is a [`Layer`], so it goes into a [`tower::ServiceBuilder`] next to tower's own layers. Put layers that
 /// apply backpressure (`ConcurrencyLimit`, `RateLimit`) *below* it, so that cancels still reach queued requests.
@@ -110,10 +112,11 @@ impl<D: Dialect> CancelStack<D> {
 }
 
 impl<S, D: Dialect> Layer<S> for CancelStack<D> {
-    type Service = ErrorMap<Cancel<Timeout<S>, D>, D>;
+    type Service = ErrorMap<Cancel<Timeout<Cascade<S>>, D>, D>;
 
     fn layer(&self, inner: S) -> Self::Service {
+        let cascade = CascadeLayer::new().layer(inner);
         self.error_map
-            .layer(self.cancel.layer(self.timeout.layer(inner)))
+            .layer(self.cancel.layer(self.timeout.layer(cascade)))
     }
 }

@@ -176,3 +176,24 @@ async fn closing_fails_pending_calls_and_later_ones() {
     assert_eq!(peer.stats().pending, 0);
     assert!(!peer.dispatch_response(Response::ok(Id::from(0), Value::Null)));
 }
+
+#[tokio::test]
+async fn a_childs_calls_are_cancelled_with_their_parent() {
+    let (peer, mut rx) = peer(Mcp);
+    let parent = CancellationToken::new();
+    let child = peer.child_of(parent.clone());
+    let mut nested = task::spawn(child.request("sampling/createMessage", ()));
+    let mut unrelated = task::spawn(peer.request("roots/list", ()));
+    sent(&mut rx);
+    sent(&mut rx);
+    assert_pending!(nested.poll());
+    parent.cancel();
+    assert_eq!(assert_ready!(nested.poll()), Err(PeerError::Cancelled));
+    assert_eq!(
+        sent(&mut rx),
+        json!({ "jsonrpc": "2.0", "method": "notifications/cancelled", "params": { "requestId": 0, "reason": "parent request cancelled" } })
+    );
+    assert_pending!(unrelated.poll(), "a call of the parent peer is not a child");
+    nothing_sent(&mut rx);
+    assert_eq!(peer.stats().pending, 1);
+}

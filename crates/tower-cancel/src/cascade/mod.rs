@@ -1,0 +1,90 @@
+//! Cancel the requests a handler made when the handler's own request is cancelled.
+//!
+//! [`CascadeLayer`] goes innermost, just above your service. For a request that came over a connection with a
+//! [`Peer`] (the transport puts it in the request's extensions) and passed a [`CancelLayer`](crate::CancelLayer),
+//! it sets [`RequestContext::peer`]: the connection's peer as a child of the request. When the request is
+//! cancelled, from any source (the peer's cancel, a timeout, a disconnect, a shutdown, its own parent), every
+//! outstanding request made through that peer is cancelled and the peer is sent the dialect's cancel for it. In
+//! abort mode this also follows from the handler's future being dropped with its calls; the child handle makes it
+//! hold for calls moved into spawned tasks and for cooperative handlers too.
+//!
+//! In-process sub-operations take a child token with [`RequestContext::child_token`].
+//!
+//! # Example
+//!
+//! ```
+//! use tower::service_fn;
+//! use tower_cancel::{ErrorObject, Request};
+//!
+//! async fn prompt(req: Request) -> Result<serde_json::Value, ErrorObject> {
+//!     let ctx = req.context().expect("behind the stack");
+//!     if let Some(client) = ctx.peer() {
+//!         // Cancelled, and the client told, if this prompt is cancelled while it waits.
+//!         let answer = client
+//!             .request("session/request_permission", serde_json::json!({ "sessionId": "s" }))
+//!             .await;
+//!         let _ = answer;
+//!     }
+//!     Ok(serde_json::json!({ "stopReason": "end_turn" }))
+//! }
+//! # let _ = service_fn(prompt);
+//! ```
+
+mod layer;
+
+use std::task::{Context, Poll};
+
+use tower_service::Service;
+
+pub use self::layer::CascadeLayer;
+use crate::{context::RequestContext, message::Request, peer::Peer};
+
+/// The service built by [`CascadeLayer`].
+#[derive(Clone, Debug)]
+pub struct Cascade<S> {
+    inner: S,
+}
+
+impl<S> Cascade<S> {
+    pub(crate) fn new(inner: S) -> Self {
+        Self { inner }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Consume this, giving the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S: Service<Request>> Service<Request> for Cascade<S> {
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: Request) -> Self::Future {
+        let child = match (req.extensions().get::<Peer>(), req.context()) {
+            (Some(peer), Some(ctx)) => Some(peer.child_of(ctx.token().clone())),
+            _ => None,
+        };
+        if let Some(child) = child {
+            if let Some(ctx) = req.extensions_mut().get_mut::<RequestContext>() {
+                ctx.set_peer(child);
+            }
+        }
+        self.inner.call(req)
+    }
+}
