@@ -6,10 +6,12 @@
 //! cargo run -p examples --bin acp_agent -- --timeout-ms 5000   # requests time out after 5 s (-32800)
 //! ```
 //!
-//! `session/prompt` works for `--prompt-ms` milliseconds (default 3000). Two ways end it early: the feature-level
-//! `session/cancel {sessionId}` (the application's business: the prompt answers `{"stopReason":"cancelled"}`) and
-//! the protocol-level request cancel (the stack's business: -32800). `_demo/sleep` and `_demo/stats` as in the
-//! LSP example.
+//! `session/prompt` first asks the client `session/request_permission` (through the request's child peer, so the
+//! permission request is cancelled with the prompt), then works for `--prompt-ms` milliseconds (default 3000).
+//! Two ways end it early: the feature-level `session/cancel {sessionId}` (the application's business: the prompt
+//! answers `{"stopReason":"cancelled"}`) and the protocol-level request cancel (the stack's business: -32800, and
+//! the client is sent `$/cancel_request` for the pending permission request). `_demo/sleep` and `_demo/stats` as
+//! in the LSP example.
 
 use std::{
     collections::HashMap,
@@ -24,7 +26,10 @@ use examples::SleepStats;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 use tower::{service_fn, ServiceBuilder};
-use tower_cancel::{dialect::Dialect, CancelStack, ErrorObject, Request};
+use tower_cancel::{
+    dialect::{Acp, AcpDraft, Dialect},
+    CancelStack, ErrorObject, Peer, Request,
+};
 use tower_cancel_io::{Framing, Server};
 
 #[derive(Clone, Default)]
@@ -64,7 +69,7 @@ impl Agent {
                 let n = self.next_session.fetch_add(1, Ordering::SeqCst) + 1;
                 Ok(json!({ "sessionId": format!("sess-{n}") }))
             }
-            "session/prompt" => self.prompt(req.params_as()?).await,
+            "session/prompt" => self.prompt(&req, req.params_as()?).await,
             "session/cancel" => {
                 let SessionParams { session_id } = req.params_as()?;
                 if let Some(token) = self.prompts.lock().unwrap().get(&session_id) {
@@ -81,6 +86,7 @@ impl Agent {
 
     async fn prompt(
         &self,
+        req: &Request,
         SessionParams { session_id }: SessionParams,
     ) -> Result<Value, ErrorObject> {
         let token = CancellationToken::new();
@@ -89,17 +95,46 @@ impl Agent {
             .unwrap()
             .insert(session_id.clone(), token.clone());
         // Removed on every path, the request being cancelled (this future dropped) included.
-        let _entry = PromptEntry {
+        let entry = PromptEntry {
             prompts: self.prompts.clone(),
             session_id,
         };
         let run = self.stats.start();
+        let client = req.context().and_then(|ctx| ctx.peer()).cloned();
+        let work = async {
+            if let Some(client) = client {
+                ask_permission(&client, &entry.session_id).await;
+            }
+            tokio::time::sleep(Duration::from_millis(self.prompt_ms)).await;
+        };
         let stop_reason = tokio::select! {
-            () = tokio::time::sleep(Duration::from_millis(self.prompt_ms)) => "end_turn",
+            () = work => "end_turn",
             () = token.cancelled() => "cancelled",
         };
         run.finish();
         Ok(json!({ "stopReason": stop_reason }))
+    }
+}
+
+/// Ask the client whether the agent may go on. If the prompt is cancelled meanwhile, this future is dropped and the
+/// client is sent `$/cancel_request` for the permission request.
+async fn ask_permission(client: &Peer, session_id: &str) {
+    let params = json!({
+        "sessionId": session_id,
+        "toolCall": {
+            "toolCallId": "think-1",
+            "title": "Think for a while",
+            "kind": "think",
+            "status": "pending",
+        },
+        "options": [
+            { "optionId": "allow", "name": "Allow", "kind": "allow_once" },
+            { "optionId": "reject", "name": "Reject", "kind": "reject_once" },
+        ],
+    });
+    match client.request("session/request_permission", params).await {
+        Ok(answer) => tracing::info!(outcome = %answer["outcome"], "permission answered"),
+        Err(error) => tracing::info!(%error, "permission request failed; working on"),
     }
 }
 
@@ -114,11 +149,15 @@ impl Drop for PromptEntry {
     }
 }
 
-async fn serve<D: Dialect>(stack: CancelStack<D>, agent: Agent) -> std::io::Result<()> {
+async fn serve<D: Dialect>(dialect: D, agent: Agent) -> std::io::Result<()> {
+    let stack = CancelStack::new(dialect.clone()).timeouts(examples::timeouts_from_args());
     let service = ServiceBuilder::new()
-        .layer(stack.timeouts(examples::timeouts_from_args()))
+        .layer(stack)
         .service(service_fn(move |req| agent.clone().handle(req)));
-    Server::new(service).serve_stdio(Framing::Ndjson).await
+    let mut server = Server::new(service);
+    // The agent calls its client too (session/request_permission): the connection's peer.
+    server.peer(dialect);
+    server.serve_stdio(Framing::Ndjson).await
 }
 
 #[tokio::main]
@@ -130,8 +169,8 @@ async fn main() -> std::io::Result<()> {
         ..Agent::default()
     };
     if agent.draft {
-        serve(CancelStack::acp_draft(), agent).await
+        serve(AcpDraft::new(), agent).await
     } else {
-        serve(CancelStack::acp(), agent).await
+        serve(Acp, agent).await
     }
 }
