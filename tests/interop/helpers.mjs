@@ -119,6 +119,15 @@ export function withTimeout(promise, ms, msg) {
   return Promise.race([promise, t]).finally(() => clearTimeout(timer));
 }
 
+/** Polls `predicate` every 20 ms until it is truthy; rejects with `msg` after `ms`. */
+export async function waitFor(predicate, ms, msg) {
+  const deadline = Date.now() + ms;
+  while (!predicate()) {
+    if (Date.now() >= deadline) throw new Error(msg ?? `condition not met within ${ms} ms`);
+    await sleep(20);
+  }
+}
+
 /** Awaits `promise`, expecting a rejection; returns {error, elapsedMs}. Fails if it resolves. */
 export async function expectRejection(promise, startedAt, what) {
   try {
@@ -129,5 +138,87 @@ export async function expectRejection(promise, startedAt, what) {
   } catch (error) {
     if (error?.notRejected) throw error;
     return { error, elapsedMs: Date.now() - startedAt };
+  }
+}
+
+/**
+ * A stdio Transport for the MCP SDK (`@modelcontextprotocol/sdk`: start/send/close plus the
+ * onmessage/onclose/onerror callbacks) that spawns an example server, frames NDJSON both
+ * ways and records both directions, so a test can assert the raw traffic (e.g. that a
+ * cancelled request got no reply at all).
+ *
+ * - `fromServer`: an NdjsonRecorder holding every line / message the server wrote.
+ * - `toServer`: every message the client sent.
+ * - `log`: both directions in order, as `{dir: "in" | "out", at: Date.now(), msg, line?}`
+ *   (`line` is the raw server line, for byte-exact checks).
+ *
+ * By default the messages of one stdout chunk are handed to `onmessage` back to back, as the
+ * SDK's own StdioClientTransport does. With `{oneMessagePerTask: true}` each message is handed
+ * over in its own macrotask (setImmediate, order kept), as a transport that gets one message
+ * per event (WebSocket, SSE) would. That matters for progress: the SDK (1.32.2) runs
+ * notification handlers in a microtask but responses synchronously, so a progress
+ * notification that arrives in the same chunk as the result is dropped ("Received a progress
+ * notification for an unknown token", modelcontextprotocol/typescript-sdk#2580).
+ */
+export class RecordingStdioTransport {
+  constructor(name, args = [], { oneMessagePerTask = false } = {}) {
+    this.name = name;
+    this.args = args;
+    this.oneMessagePerTask = oneMessagePerTask;
+    this.server = undefined;
+    this.fromServer = new NdjsonRecorder();
+    this.toServer = [];
+    this.log = [];
+    this.closed = false;
+    this.onmessage = undefined;
+    this.onclose = undefined;
+    this.onerror = undefined;
+  }
+
+  async start() {
+    if (this.server) throw new Error("RecordingStdioTransport already started");
+    this.server = spawnServer(this.name, this.args);
+    const { child } = this.server;
+    child.stdout.on("data", (chunk) => {
+      const before = this.fromServer.messages.length;
+      const lines = this.fromServer.feed(chunk);
+      const at = Date.now();
+      this.fromServer.messages.slice(before).forEach((msg, i) => {
+        this.log.push({ dir: "in", at, msg, line: lines[i] });
+        const deliver = () => {
+          if (msg.unparsable !== undefined) {
+            this.onerror?.(new Error(`server wrote a non-JSON line: ${msg.unparsable}`));
+          } else {
+            this.onmessage?.(msg);
+          }
+        };
+        if (this.oneMessagePerTask) setImmediate(deliver);
+        else deliver();
+      });
+    });
+    child.on("error", (e) => this.onerror?.(e));
+    // After the messages still queued for delivery, when delivering one per task.
+    child.on("exit", () => (this.oneMessagePerTask ? setImmediate(() => this._closed()) : this._closed()));
+  }
+
+  async send(message) {
+    if (!this.server || this.closed) throw new Error("transport not connected");
+    this.toServer.push(message);
+    this.log.push({ dir: "out", at: Date.now(), msg: message });
+    const line = JSON.stringify(message) + "\n";
+    await new Promise((resolve, reject) =>
+      this.server.child.stdin.write(line, (err) => (err ? reject(err) : resolve())),
+    );
+  }
+
+  async close() {
+    await this.server?.stop();
+    this._closed();
+  }
+
+  _closed() {
+    if (this.closed) return;
+    this.closed = true;
+    this.onclose?.();
   }
 }

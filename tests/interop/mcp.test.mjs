@@ -106,7 +106,7 @@ describe("mcp_server via @modelcontextprotocol/sdk Client", () => {
   it("tools/list has sleep and stats", async () => {
     const { tools } = await client.listTools();
     const names = tools.map((t) => t.name).sort();
-    assert.deepEqual(names, ["sleep", "stats"]);
+    assert.deepEqual(names, ["progress", "sleep", "stats"]);
     const sleepTool = tools.find((t) => t.name === "sleep");
     assert.equal(sleepTool.inputSchema.type, "object");
     assert.equal(sleepTool.inputSchema.properties?.ms?.type, "integer");

@@ -386,7 +386,8 @@ struct WireMessage<'a> {
     method: Option<String>,
     #[serde(default)]
     params: Option<Box<RawValue>>,
-    #[serde(default)]
+    // `"result": null` is a result (the answer to LSP's `shutdown`): `present_value` keeps it from reading as absent.
+    #[serde(default, deserialize_with = "present_value")]
     result: Option<Value>,
     #[serde(default)]
     error: Option<ErrorObject>,
@@ -394,6 +395,10 @@ struct WireMessage<'a> {
 
 fn present<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<&'de RawValue>, D::Error> {
     <&RawValue>::deserialize(deserializer).map(Some)
+}
+
+fn present_value<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(deserializer).map(Some)
 }
 
 impl Message {
@@ -540,6 +545,14 @@ mod tests {
     fn responses_are_recognised() {
         match Message::from_slice(br#"{"jsonrpc":"2.0","id":"a","result":{"x":1}}"#).unwrap() {
             Message::Response(r) => assert_eq!(r, Response::ok("a".into(), json!({"x": 1}))),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_null_result_is_a_result() {
+        match Message::from_slice(br#"{"jsonrpc":"2.0","id":6,"result":null}"#).unwrap() {
+            Message::Response(r) => assert_eq!(r, Response::ok(6.into(), Value::Null)),
             other => panic!("{other:?}"),
         }
     }
