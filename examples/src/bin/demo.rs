@@ -17,7 +17,9 @@ use tokio::net::{
 };
 use tokio_util::codec::{FramedRead, FramedWrite};
 use tower::{service_fn, ServiceBuilder};
-use tower_cancel::{CancelStack, ErrorObject, Registry, Request, TimeoutLayer};
+use tower_cancel::{
+    dialect::Lsp, CancelStack, ErrorObject, PeerError, Registry, Request, TimeoutLayer,
+};
 use tower_cancel_io::{ContentLengthCodec, Framing, Server};
 
 /// How many sleep handlers the server runs at once; the next request waits in the queue.
@@ -104,6 +106,79 @@ impl Client {
 struct Reply {
     json: Value,
     wire: String,
+}
+
+/// Rows 10 and 11: the same server stack on a second connection, and a client that sends through a [`Peer`]: the
+/// peer sends the cancels itself, when a call is dropped or times out.
+async fn peer_rows(stats: &SleepStats, rows: &mut Vec<Row>) {
+    let server_stats = stats.clone();
+    let service = ServiceBuilder::new()
+        .layer(CancelStack::lsp())
+        .service(service_fn(move |req| handle(server_stats.clone(), req)));
+    let (server_end, client_end) = UnixStream::pair().expect("a socket pair");
+    let server = Server::new(service);
+    let server_registry = server.registry().clone();
+    tokio::spawn(async move {
+        let (read, write) = server_end.into_split();
+        server.serve(read, write, Framing::ContentLength).await
+    });
+    let client_service = ServiceBuilder::new()
+        .layer(CancelStack::lsp())
+        .service(service_fn(|req: Request| async move {
+            Err::<Value, _>(ErrorObject::method_not_found(req.method()))
+        }));
+    let mut client = Server::new(client_service);
+    let peer = client.peer(Lsp);
+    tokio::spawn(async move {
+        let (read, write) = client_end.into_split();
+        client.serve(read, write, Framing::ContentLength).await
+    });
+    let wait_cancelled = |cancelled: u64| async move {
+        while server_registry.stats().cancelled < cancelled {
+            tokio::time::sleep(Duration::from_micros(50)).await;
+        }
+    };
+
+    // 10. The caller drops its call: the peer sends `$/cancelRequest` and the server stops the handler.
+    let started = stats.snapshot().started;
+    let call = peer.request("demo/sleep", json!({ "ms": LONG_MS }));
+    while stats.snapshot().started == started {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let dropped = Instant::now();
+    drop(call);
+    wait_cancelled(1).await;
+    let stopped = Instant::now();
+    rows.push(Row {
+        request: "10 peer: sleep 60 s, dropped".into(),
+        happened: format!(
+            "cancel-on-drop: $/cancelRequest sent, handler stopped ({} cancel sent)",
+            peer.stats().cancels_sent
+        ),
+        wire: "(the caller is gone: the -32800 is dropped as late)".into(),
+        micros: micros(dropped, stopped),
+    });
+
+    // 11. A call with a timeout: the peer sends the cancel and, as LSP does, waits for the server's -32800.
+    let sent = Instant::now();
+    let outcome = peer
+        .request("demo/sleep", json!({ "ms": LONG_MS }))
+        .timeout(Duration::from_millis(50))
+        .await;
+    rows.push(Row {
+        request: "11 peer: sleep 60 s, .timeout(50 ms)".into(),
+        happened: format!(
+            "timed out after {} ms: cancel sent, server's answer awaited",
+            sent.elapsed().as_millis()
+        ),
+        wire: match outcome {
+            Err(PeerError::Rejected(error)) => serde_json::to_string(&error).expect("serializable"),
+            other => format!("unexpected: {other:?}"),
+        },
+        micros: None,
+    });
+    let left = peer.stats();
+    assert_eq!(left.pending, 0, "the peer's pending table ends empty");
 }
 
 struct Row {
@@ -320,16 +395,19 @@ async fn main() {
         micros: None,
     });
 
-    // 10. The connection closes with a request in flight: it is cancelled (reason Disconnect).
+    // 10, 11. The client side: a second connection whose client sends through a Peer.
+    peer_rows(&stats, &mut rows).await;
+
+    // 12. The connection closes with a request in flight: it is cancelled (reason Disconnect).
     let started_now = client.started();
     client
-        .request(10, "demo/sleep", json!({ "ms": LONG_MS }))
+        .request(12, "demo/sleep", json!({ "ms": LONG_MS }))
         .await;
     client.wait_until_started(started_now + 1).await;
     drop(client);
     let served = server_task.await.expect("the server task ran");
     rows.push(Row {
-        request: "10 sleep 60 s".into(),
+        request: "12 sleep 60 s".into(),
         happened: format!(
             "connection closed: cancelled, serve returned {:?}",
             served.map_err(|e| e.kind())
