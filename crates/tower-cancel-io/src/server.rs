@@ -347,6 +347,12 @@ where
                     continue;
                 }
             };
+            // The peer's progress reports about this side's calls go to those calls, not to the service.
+            if let Some(peer) = &self.peer {
+                if request.is_notification() && peer.dispatch_progress(&request) {
+                    continue;
+                }
+            }
             let id = request.id().cloned();
             if let Some(id) = &id {
                 if !conn.in_flight_ids.insert(id.clone()) {

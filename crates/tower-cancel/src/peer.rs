@@ -32,13 +32,17 @@ use std::{
 
 use serde::Serialize;
 use serde_json::Value;
-use tokio::{sync::oneshot, time::Sleep};
+use tokio::{
+    sync::oneshot,
+    time::{Instant, Sleep},
+};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use crate::{
     dialect::Dialect,
     message::{ErrorObject, Id, Request, Response},
     outbox::Outbox,
+    progress::ProgressUpdate,
     registry::{Registry, SessionState},
 };
 
@@ -48,6 +52,8 @@ trait PeerDialect: Send + Sync {
     fn may_send_cancel(&self, method: &str, session: &SessionState) -> bool;
     fn waits_after_cancel(&self) -> bool;
     fn observe_response(&self, method: &str, result: &Value, session: &SessionState);
+    fn read_progress(&self, notification: &Request) -> Option<(Value, ProgressUpdate)>;
+    fn attach_progress_token(&self, params: &mut Value, token: &Value) -> bool;
 }
 
 impl<D: Dialect> PeerDialect for D {
@@ -65,6 +71,14 @@ impl<D: Dialect> PeerDialect for D {
 
     fn observe_response(&self, method: &str, result: &Value, session: &SessionState) {
         Dialect::observe_response(self, method, result, session);
+    }
+
+    fn read_progress(&self, notification: &Request) -> Option<(Value, ProgressUpdate)> {
+        Dialect::read_progress(self, notification)
+    }
+
+    fn attach_progress_token(&self, params: &mut Value, token: &Value) -> bool {
+        Dialect::attach_progress_token(self, params, token)
     }
 }
 
@@ -90,6 +104,20 @@ struct Shared {
 struct Pending {
     method: String,
     reply: oneshot::Sender<Response>,
+    progress: Option<Arc<ProgressSlot>>,
+}
+
+/// Where the peer's progress reports for one call go: the caller's callback, and the time of the last one (which
+/// pushes back the call's idle timeout).
+struct ProgressSlot {
+    on_progress: Box<dyn Fn(ProgressUpdate) + Send + Sync>,
+    last: Mutex<Option<Instant>>,
+}
+
+impl ProgressSlot {
+    fn last(&self) -> Option<Instant> {
+        *self.last.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 #[derive(Default)]
@@ -180,14 +208,60 @@ impl Peer {
     /// dropping it, its token and its timeout do.
     pub fn request(&self, method: impl Into<String>, params: impl Serialize) -> PeerCall {
         let method = method.into();
-        let id = Id::Number(self.shared.next_id.fetch_add(1, Ordering::Relaxed));
-        let (tx, rx) = oneshot::channel();
+        let id = self.next_id();
         let request = Request::new(id.clone(), method.clone(), params);
+        self.send(id, method, request, None)
+    }
+
+    /// Send a request that asks for progress (MCP's `_meta.progressToken`, LSP's `workDoneToken`, set to the
+    /// request's id): each report the peer sends goes to `on_progress` and counts as activity for
+    /// [`PeerCall::reset_on_progress`]. Where the dialect has no progress or the params are not an object, no
+    /// token is sent and `on_progress` is never called.
+    pub fn request_with_progress(
+        &self,
+        method: impl Into<String>,
+        params: impl Serialize,
+        on_progress: impl Fn(ProgressUpdate) + Send + Sync + 'static,
+    ) -> PeerCall {
+        let method = method.into();
+        let id = self.next_id();
+        let mut params = serde_json::to_value(params).unwrap_or(Value::Null);
+        let token = serde_json::to_value(&id).unwrap_or(Value::Null);
+        let progress = self
+            .shared
+            .dialect
+            .attach_progress_token(&mut params, &token)
+            .then(|| {
+                Arc::new(ProgressSlot {
+                    on_progress: Box::new(on_progress),
+                    last: Mutex::new(None),
+                })
+            });
+        let request = Request::new(id.clone(), method.clone(), params);
+        self.send(id, method, request, progress)
+    }
+
+    fn next_id(&self) -> Id {
+        Id::Number(self.shared.next_id.fetch_add(1, Ordering::Relaxed))
+    }
+
+    fn send(
+        &self,
+        id: Id,
+        method: String,
+        request: Request,
+        progress: Option<Arc<ProgressSlot>>,
+    ) -> PeerCall {
+        let (tx, rx) = oneshot::channel();
         let mut call = PeerCall {
             peer: self.clone(),
             id: id.clone(),
             method: method.clone(),
             reply: rx,
+            started: Instant::now(),
+            idle: self.default_timeout,
+            max_at: None,
+            progress: progress.clone(),
             timeout: self
                 .default_timeout
                 .map(|d| Box::pin(tokio::time::sleep(d))),
@@ -204,8 +278,12 @@ impl Peer {
             call.reply = closed_receiver();
             return call;
         }
-        self.lock()
-            .insert(id.clone(), Pending { method, reply: tx });
+        let pending = Pending {
+            method,
+            reply: tx,
+            progress,
+        };
+        self.lock().insert(id.clone(), pending);
         if self.shared.outbox.send_request(&request).is_err() {
             self.lock().remove(&id);
             call.state = State::Done;
@@ -255,6 +333,29 @@ impl Peer {
                 .fetch_add(1, Ordering::Relaxed);
             return false;
         }
+        true
+    }
+
+    /// Hand the peer a notification that arrived on the connection. Returns `true` if it was a progress report
+    /// for one of this side's calls that asked for progress (it is consumed: its callback ran and the call's idle
+    /// timeout was pushed back).
+    pub fn dispatch_progress(&self, notification: &Request) -> bool {
+        let Some((token, update)) = self.shared.dialect.read_progress(notification) else {
+            return false;
+        };
+        let Ok(id) = serde_json::from_value::<Id>(token) else {
+            return false;
+        };
+        let slot = self
+            .lock()
+            .get(&id)
+            .and_then(|pending| pending.progress.clone());
+        let Some(slot) = slot else {
+            return false;
+        };
+        *slot.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+        // Outside the table's lock: the callback is the caller's code.
+        (slot.on_progress)(update);
         true
     }
 
@@ -337,6 +438,11 @@ pub struct PeerCall {
     id: Id,
     method: String,
     reply: oneshot::Receiver<Response>,
+    started: Instant,
+    // The timeout's length (an idle window when `max_at` is set) and the call's hard deadline.
+    idle: Option<Duration>,
+    max_at: Option<Instant>,
+    progress: Option<Arc<ProgressSlot>>,
     timeout: Option<Pin<Box<Sleep>>>,
     cancel_on: Option<Pin<Box<WaitForCancellationFutureOwned>>>,
     parent: Option<Pin<Box<WaitForCancellationFutureOwned>>>,
@@ -352,8 +458,26 @@ impl PeerCall {
 
     /// Stop after `timeout`, sending the cancel.
     pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = Some(Box::pin(tokio::time::sleep(timeout)));
+        self.idle = Some(timeout);
+        self.timeout = Some(Box::pin(tokio::time::sleep_until(self.started + timeout)));
         self
+    }
+
+    /// Make the timeout an idle timeout (MCP's `resetTimeoutOnProgress`): each progress report from the peer
+    /// pushes it back to a full timeout from the report, but the call never runs longer than `max_total` in all.
+    /// Needs a call made with [`Peer::request_with_progress`] and a [`timeout`](Self::timeout) (or the handle's
+    /// default).
+    pub fn reset_on_progress(mut self, max_total: Duration) -> Self {
+        self.max_at = Some(self.started + max_total);
+        self
+    }
+
+    /// When the timeout fires: the deadline progress has pushed it to, if that is still ahead.
+    fn pushed_back_deadline(&self) -> Option<Instant> {
+        let (idle, max_at) = (self.idle?, self.max_at?);
+        let last = self.progress.as_ref()?.last()?;
+        let deadline = (last + idle).min(max_at);
+        (deadline > Instant::now()).then_some(deadline)
     }
 
     /// Cancel when `token` fires, sending the cancel.
@@ -426,14 +550,22 @@ impl Future for PeerCall {
                 }
             }
         }
-        if matches!(this.state, State::Waiting | State::Detached) {
-            if let Some(timeout) = &mut this.timeout {
-                if timeout.as_mut().poll(cx).is_ready() {
-                    let poll = this.stop(PeerError::TimedOut, "timed out");
-                    if poll.is_ready() {
-                        return poll;
-                    }
+        while matches!(this.state, State::Waiting | State::Detached) {
+            let Some(timeout) = &mut this.timeout else {
+                break;
+            };
+            if timeout.as_mut().poll(cx).is_pending() {
+                break;
+            }
+            if let Some(deadline) = this.pushed_back_deadline() {
+                if let Some(timeout) = &mut this.timeout {
+                    timeout.as_mut().reset(deadline);
                 }
+                continue;
+            }
+            let poll = this.stop(PeerError::TimedOut, "timed out");
+            if poll.is_ready() {
+                return poll;
             }
         }
         Poll::Pending

@@ -197,3 +197,84 @@ async fn a_childs_calls_are_cancelled_with_their_parent() {
     nothing_sent(&mut rx);
     assert_eq!(peer.stats().pending, 1);
 }
+
+fn progress(token: i64, progress: u32) -> tower_cancel::Request {
+    tower_cancel::Request::notification(
+        "notifications/progress",
+        json!({ "progressToken": token, "progress": progress, "total": 10 }),
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn progress_pushes_an_idle_timeout_back_but_never_past_the_maximum() {
+    let (peer, mut rx) = peer(Mcp);
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    let mut call = task::spawn(
+        peer.request_with_progress("tools/call", json!({ "name": "index" }), move |update| {
+            log.lock().unwrap().push(update.progress)
+        })
+        .timeout(Duration::from_millis(100))
+        .reset_on_progress(Duration::from_millis(250)),
+    );
+    assert_eq!(
+        sent(&mut rx),
+        json!({ "jsonrpc": "2.0", "id": 0, "method": "tools/call",
+                "params": { "name": "index", "_meta": { "progressToken": 0 } } })
+    );
+    for (at, step) in [(80, 1), (160, 2), (240, 3)] {
+        tokio::time::sleep_until(tokio::time::Instant::now() + Duration::from_millis(80)).await;
+        assert!(peer.dispatch_progress(&progress(0, step)), "at {at} ms");
+        assert_pending!(call.poll(), "still running at {at} ms");
+    }
+    assert!(
+        !peer.dispatch_progress(&progress(7, 1)),
+        "an unknown token is not consumed"
+    );
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(
+        assert_ready!(call.poll()),
+        Err(PeerError::TimedOut),
+        "cut at the 250 ms maximum"
+    );
+    assert_eq!(sent(&mut rx)["method"], "notifications/cancelled");
+    assert_eq!(*seen.lock().unwrap(), vec![1.0, 2.0, 3.0]);
+    drop(call);
+    assert_eq!(peer.stats().pending, 0);
+    assert!(!peer.dispatch_progress(&progress(0, 4)), "the call is gone");
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_progress_an_idle_timeout_fires_on_time() {
+    let (peer, mut rx) = peer(Mcp);
+    let mut call = task::spawn(
+        peer.request_with_progress("tools/call", json!({}), |_| {})
+            .timeout(Duration::from_millis(100))
+            .reset_on_progress(Duration::from_secs(10)),
+    );
+    sent(&mut rx);
+    tokio::time::sleep(Duration::from_millis(99)).await;
+    assert_pending!(call.poll());
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(assert_ready!(call.poll()), Err(PeerError::TimedOut));
+}
+
+#[tokio::test]
+async fn lsp_asks_for_progress_with_a_work_done_token() {
+    let (peer, mut rx) = peer(Lsp);
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    let _call = peer.request_with_progress("workspace/symbol", json!({ "query": "x" }), move |u| {
+        log.lock().unwrap().push((u.progress, u.message))
+    });
+    assert_eq!(
+        sent(&mut rx)["params"],
+        json!({ "query": "x", "workDoneToken": 0 })
+    );
+    let report = tower_cancel::Request::notification(
+        "$/progress",
+        json!({ "token": 0, "value": { "kind": "report", "percentage": 40, "message": "half" } }),
+    );
+    assert!(peer.dispatch_progress(&report));
+    assert_eq!(*seen.lock().unwrap(), vec![(40.0, Some("half".to_owned()))]);
+}

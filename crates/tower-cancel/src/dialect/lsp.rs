@@ -2,13 +2,13 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{
-    recognize_cancel, request_cancelled, CancelNotice, CancelledReply, Dialect, Recognized,
-    ServerCancellable,
+    params_object, recognize_cancel, request_cancelled, CancelNotice, CancelledReply, Dialect,
+    Recognized, ServerCancellable,
 };
 use crate::{
     context::CancelReason,
     message::{code, ErrorObject, Id, Request},
-    progress::ProgressEvent,
+    progress::{ProgressEvent, ProgressUpdate},
     registry::SessionState,
 };
 
@@ -120,6 +120,33 @@ impl Dialect for Lsp {
             "$/progress",
             json!({ "token": token, "value": value }),
         ))
+    }
+
+    fn read_progress(&self, notification: &Request) -> Option<(Value, ProgressUpdate)> {
+        if notification.method() != "$/progress" {
+            return None;
+        }
+        let params: Value = notification.params_as().ok()?;
+        let value = &params["value"];
+        let update = ProgressUpdate {
+            progress: value["percentage"].as_f64().unwrap_or(0.0),
+            total: value["percentage"].is_number().then_some(100.0),
+            message: value["message"]
+                .as_str()
+                .or(value["title"].as_str())
+                .map(str::to_owned),
+        };
+        Some((params["token"].clone(), update))
+    }
+
+    fn attach_progress_token(&self, params: &mut Value, token: &Value) -> bool {
+        match params_object(params) {
+            Some(params) => {
+                params.insert("workDoneToken".into(), token.clone());
+                true
+            }
+            None => false,
+        }
     }
 
     fn cancel_message(&self, id: &Id, _reason: Option<&str>) -> Request {

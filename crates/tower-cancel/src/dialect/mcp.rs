@@ -1,11 +1,11 @@
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{recognize_cancel, CancelNotice, CancelledReply, Dialect, Recognized};
+use super::{params_object, recognize_cancel, CancelNotice, CancelledReply, Dialect, Recognized};
 use crate::{
     context::CancelReason,
     message::{code, ErrorObject, Id, Request},
-    progress::ProgressEvent,
+    progress::{ProgressEvent, ProgressUpdate},
     registry::SessionState,
 };
 
@@ -32,6 +32,17 @@ pub struct Mcp;
 impl Mcp {
     /// The method of MCP's cancel notification.
     pub const CANCEL_METHOD: &'static str = "notifications/cancelled";
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ProgressParams {
+    progress_token: Value,
+    progress: f64,
+    #[serde(default)]
+    total: Option<f64>,
+    #[serde(default)]
+    message: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -101,6 +112,35 @@ impl Dialect for Mcp {
             params["message"] = json!(message);
         }
         Some(Request::notification("notifications/progress", params))
+    }
+
+    fn read_progress(&self, notification: &Request) -> Option<(Value, ProgressUpdate)> {
+        if notification.method() != "notifications/progress" {
+            return None;
+        }
+        let p: ProgressParams = notification.params_as().ok()?;
+        let update = ProgressUpdate {
+            progress: p.progress,
+            total: p.total,
+            message: p.message,
+        };
+        Some((p.progress_token, update))
+    }
+
+    fn attach_progress_token(&self, params: &mut Value, token: &Value) -> bool {
+        let Some(params) = params_object(params) else {
+            return false;
+        };
+        let meta = params
+            .entry("_meta")
+            .or_insert_with(|| Value::Object(Default::default()));
+        match meta.as_object_mut() {
+            Some(meta) => {
+                meta.insert("progressToken".into(), token.clone());
+                true
+            }
+            None => false,
+        }
     }
 
     fn allows_partial_result(&self) -> bool {

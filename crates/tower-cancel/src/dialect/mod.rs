@@ -18,7 +18,7 @@ use serde_json::Value;
 use crate::{
     context::CancelReason,
     message::{ErrorObject, Id, Request},
-    progress::ProgressEvent,
+    progress::{ProgressEvent, ProgressUpdate},
     registry::SessionState,
 };
 
@@ -92,6 +92,17 @@ pub trait Dialect: Clone + Send + Sync + 'static {
         None
     }
 
+    /// Read a progress notification the peer sent about one of this side's requests: its token and the report.
+    fn read_progress(&self, _notification: &Request) -> Option<(Value, ProgressUpdate)> {
+        None
+    }
+
+    /// Ask for progress in the params of a request this side sends, under `token`. Returns `false` if the
+    /// dialect has no progress or the params cannot carry a token (they are not an object).
+    fn attach_progress_token(&self, _params: &mut Value, _token: &Value) -> bool {
+        false
+    }
+
     /// Whether a handler that stops cooperatively may answer with a partial result (LSP and ACP allow it).
     fn allows_partial_result(&self) -> bool {
         true
@@ -141,6 +152,14 @@ pub(crate) fn recognize_cancel<P: serde::de::DeserializeOwned>(
         Some(params) => Recognized::Cancel(notice(params)),
         None => Recognized::Malformed,
     }
+}
+
+/// The object at `params` (made one if it is `null`), or `None` if the params are something else.
+pub(crate) fn params_object(params: &mut Value) -> Option<&mut serde_json::Map<String, Value>> {
+    if params.is_null() {
+        *params = Value::Object(Default::default());
+    }
+    params.as_object_mut()
 }
 
 /// Read `params` of a cancel notification into `T`, or `None` if they have the wrong shape.

@@ -6,7 +6,7 @@ use super::{CancelledReply, Dialect, Recognized};
 use crate::{
     context::CancelReason,
     message::{Id, Request},
-    progress::ProgressEvent,
+    progress::{ProgressEvent, ProgressUpdate},
     registry::SessionState,
 };
 
@@ -84,5 +84,13 @@ impl<D: Dialect> Dialect for ServerCancellable<D> {
 
     fn progress_notification(&self, token: &Value, event: ProgressEvent<'_>) -> Option<Request> {
         self.dialect.progress_notification(token, event)
+    }
+
+    fn read_progress(&self, notification: &Request) -> Option<(Value, ProgressUpdate)> {
+        self.dialect.read_progress(notification)
+    }
+
+    fn attach_progress_token(&self, params: &mut Value, token: &Value) -> bool {
+        self.dialect.attach_progress_token(params, token)
     }
 }
