@@ -1,4 +1,4 @@
-//! A client: starts the `lsp_server` example as a child process and sends it requests through a [`Peer`](tower_cancel::Peer), to show
+//! A client: starts the `lsp_server` example as a child process and sends it requests through a [`Peer`], to show
 //! the client side of cancellation on a real connection.
 //!
 //! ```text

@@ -108,7 +108,7 @@ struct Reply {
     wire: String,
 }
 
-/// Rows 10 and 11: the same server stack on a second connection, and a client that sends through a [`Peer`]: the
+/// Rows 10 and 11: the same server stack on a second connection, and a client that sends through a [`Peer`](tower_cancel::Peer): the
 /// peer sends the cancels itself, when a call is dropped or times out.
 async fn peer_rows(stats: &SleepStats, rows: &mut Vec<Row>) {
     let server_stats = stats.clone();
