@@ -6,6 +6,9 @@
 //! requests started, how each one ended (finished, or stopped by having its future dropped) and the cancel reason
 //! it saw, so a test can assert what a user sees: the exact reply, the handler stopped, the tables empty.
 //!
+//! Where both ends send requests (a `Peer` on each side, cascades), [`pair::Pair`] connects two such servers back
+//! to back, each with its own stack, probe and `server.peer(dialect)`, and records the frames between them.
+//!
 //! All tests run on tokio's paused clock (`#[tokio::test(start_paused = true)]`): time only moves when every task
 //! is idle, straight to the next timer, so timings are exact and nothing waits on the wall clock.
 //!
@@ -13,7 +16,7 @@
 //!
 //! | method | what the handler does |
 //! |---|---|
-//! | `initialize` | sleeps `params.ms` milliseconds (0 if absent), panics if `params.panic` is `true`, else answers `{"capabilities":{}}` |
+//! | `initialize` | sleeps `params.ms` milliseconds (0 if absent), panics if `params.panic` is `true`, else answers `params.result` if given (an ACP agent's capabilities), else `{"capabilities":{}}` |
 //! | `echo` | answers its params (`null` if none) |
 //! | `sleep` | sleeps `params.ms` milliseconds, answers `{"slept":ms}` |
 //! | `hang` | never answers; it ends only when its future is dropped |
@@ -22,7 +25,15 @@
 //! | `panic` | panics |
 //! | `deadline` | answers `{"deadline_ms": n}`: the milliseconds from now to its context's deadline (`null` if none) |
 //! | `progress` | `params.steps` times (default 3): sleeps `params.every` ms, then reports progress `step` of `steps` with the message `"step <step>"` through [`Request::progress`]; if the request carried no progress token and `params.touch` is `true` it calls [`RequestContext::touch`] instead; drops its progress handle, then answers `{"token": <the handle's token or null>, "reports": <reports sent>}` |
+//! | `call` | sends the request `params.method` (with `params.params`) to the other side through its context's [`Peer`](RequestContext::peer) (see [`Probe::nested`]) and answers how that call ended (see below) |
 //! | anything else | never answers if `params.hang` is `true` (a hanging request of any method), else -32601 |
+//!
+//! `call` takes these options: `timeout_ms` ([`PeerCall::timeout`]), `wait` ([`PeerCall::wait_after_cancel`]),
+//! `spawn` (`true`: the call runs in a task of its own, which outlives a handler that is stopped, and the handler
+//! waits for it), `after_cancel` (`true`: the handler first waits for its own request to be cancelled, as a
+//! cooperative handler winding down would, then makes the call). It answers `{"nested": <id>, "ok": <result>}`,
+//! `{"nested": <id>, "error": <the peer's error object>}` or `{"nested": <id>, "failed": <PeerError as text>}`.
+//! Every call's outcome is recorded too ([`Probe::wait_outcome`]); a call whose future was dropped has none.
 //!
 //! Notifications that reach the handler are recorded ([`Probe::notifications`]) and never answered; the
 //! notification `panic` panics; a notification with `params.ms` then sleeps that long and is recorded again when
@@ -39,7 +50,10 @@ use std::{
 
 use serde_json::{json, Value};
 use tokio::{
-    io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader},
+    io::{
+        AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt,
+        BufReader,
+    },
     sync::mpsc,
     task::JoinHandle,
     time::Instant,
@@ -47,9 +61,11 @@ use tokio::{
 use tower::{service_fn, util::BoxCloneService, Service, ServiceBuilder};
 use tower_cancel::{
     dialect::AcpDraft, progress::ProgressUpdate, BoxError, CancelReason, CancelStack, ErrorObject,
-    Id, Registry, Request, RequestContext, Response,
+    Id, Peer, PeerCall, PeerError, Registry, Request, RequestContext, Response,
 };
 use tower_cancel_io::{Framing, Server};
+
+pub mod pair;
 
 /// How long (virtual time) the client waits for a frame before the test fails. Longer than any handler of the
 /// suite sleeps, so it only fires when a reply is really missing; on the paused clock it costs nothing.
@@ -127,6 +143,21 @@ struct ProbeInner {
     started_rx: tokio::sync::Mutex<mpsc::UnboundedReceiver<Started>>,
     notified_tx: mpsc::UnboundedSender<(String, Value)>,
     notified_rx: tokio::sync::Mutex<mpsc::UnboundedReceiver<(String, Value)>>,
+    outcome_tx: mpsc::UnboundedSender<(Id, Result<Value, PeerError>)>,
+    outcome_rx: tokio::sync::Mutex<mpsc::UnboundedReceiver<(Id, Result<Value, PeerError>)>>,
+}
+
+/// A request a `call` handler sent to the other side.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Nested {
+    /// The id of the handler's own request (in the other side's id space).
+    pub parent: Id,
+    /// The id of the request it sent (in this side's peer's id space).
+    pub id: Id,
+    /// The method it sent.
+    pub method: String,
+    /// How the call ended: `None` while it runs, and for good if its future was dropped.
+    pub outcome: Option<Result<Value, PeerError>>,
 }
 
 #[derive(Debug, Default)]
@@ -136,6 +167,7 @@ struct Log {
     notifications: Vec<(String, Value)>,
     notifications_done: Vec<(String, Value)>,
     deadlines: Vec<(Id, Option<Instant>)>,
+    nested: Vec<Nested>,
 }
 
 impl Default for Probe {
@@ -149,6 +181,7 @@ impl Probe {
     pub fn new() -> Self {
         let (started_tx, started_rx) = mpsc::unbounded_channel();
         let (notified_tx, notified_rx) = mpsc::unbounded_channel();
+        let (outcome_tx, outcome_rx) = mpsc::unbounded_channel();
         Self {
             inner: Arc::new(ProbeInner {
                 log: Mutex::default(),
@@ -156,6 +189,8 @@ impl Probe {
                 started_rx: tokio::sync::Mutex::new(started_rx),
                 notified_tx,
                 notified_rx: tokio::sync::Mutex::new(notified_rx),
+                outcome_tx,
+                outcome_rx: tokio::sync::Mutex::new(outcome_rx),
             }),
         }
     }
@@ -209,7 +244,10 @@ impl Probe {
             "initialize" => {
                 tokio::time::sleep(Duration::from_millis(ms)).await;
                 assert_ne!(params["panic"], true, "the test handler panics on purpose");
-                Ok(json!({ "capabilities": {} }))
+                Ok(params
+                    .get("result")
+                    .cloned()
+                    .unwrap_or_else(|| json!({ "capabilities": {} })))
             }
             "echo" => Ok(params),
             "sleep" => {
@@ -240,11 +278,93 @@ impl Probe {
                 Ok(json!({ "deadline_ms": ms }))
             }
             "progress" => Ok(progress(&req, ctx.as_ref(), &params).await),
+            "call" => {
+                let ctx = ctx.as_ref().expect("behind a CancelLayer");
+                Ok(self.call(guard.id.clone(), ctx, &params).await)
+            }
             _ if params["hang"] == true => std::future::pending().await,
             other => Err(ErrorObject::method_not_found(other).into()),
         };
         guard.finished = true;
         result
+    }
+
+    /// The `call` method: one request to the other side through the context's peer.
+    async fn call(&self, parent: Id, ctx: &RequestContext, params: &Value) -> Value {
+        let peer = ctx
+            .peer()
+            .expect("a connection with a peer, and a CascadeLayer in the stack")
+            .clone();
+        if params["after_cancel"] == true {
+            ctx.cancelled().await;
+        }
+        let method = params["method"]
+            .as_str()
+            .expect("call: params.method")
+            .to_owned();
+        let mut call = peer.request(
+            method.clone(),
+            params.get("params").cloned().unwrap_or(Value::Null),
+        );
+        if let Some(ms) = params.get("timeout_ms").and_then(Value::as_u64) {
+            call = call.timeout(Duration::from_millis(ms));
+        }
+        if let Some(wait) = params.get("wait").and_then(Value::as_bool) {
+            call = call.wait_after_cancel(wait);
+        }
+        let id = call.id().clone();
+        self.log().nested.push(Nested {
+            parent,
+            id: id.clone(),
+            method,
+            outcome: None,
+        });
+        let outcome = if params["spawn"] == true {
+            let probe = self.clone();
+            let id = id.clone();
+            tokio::spawn(async move { probe.await_call(id, call).await })
+                .await
+                .expect("the call's task does not panic")
+        } else {
+            self.await_call(id.clone(), call).await
+        };
+        match outcome {
+            Ok(result) => json!({ "nested": id, "ok": result }),
+            Err(PeerError::Rejected(error)) => json!({ "nested": id, "error": error }),
+            Err(other) => json!({ "nested": id, "failed": other.to_string() }),
+        }
+    }
+
+    async fn await_call(&self, id: Id, call: PeerCall) -> Result<Value, PeerError> {
+        let outcome = call.await;
+        if let Some(nested) = self.log().nested.iter_mut().find(|n| n.id == id) {
+            nested.outcome = Some(outcome.clone());
+        }
+        let _ = self.inner.outcome_tx.send((id, outcome.clone()));
+        outcome
+    }
+
+    /// The requests `call` handlers sent to the other side, in the order they were sent.
+    pub fn nested(&self) -> Vec<Nested> {
+        self.log().nested.clone()
+    }
+
+    /// Wait until the call `id` (in this side's peer's id space) made by a `call` handler has ended, and give its
+    /// outcome. Outcomes of other calls met on the way are consumed.
+    pub async fn wait_outcome(&self, id: impl Into<Id>) -> Result<Value, PeerError> {
+        let id = id.into();
+        let mut rx = self.inner.outcome_rx.lock().await;
+        let wait = async {
+            while let Some((of, outcome)) = rx.recv().await {
+                if of == id {
+                    return outcome;
+                }
+            }
+            panic!("the probe is alive");
+        };
+        tokio::time::timeout(PATIENCE, wait)
+            .await
+            .unwrap_or_else(|_| panic!("call {id} never ended"))
     }
 
     /// The deadline the context of request `id` showed when its handler started (`None` if it had none);
@@ -544,6 +664,20 @@ impl Conn {
         Self::start(configure(Server::new(service)), framing)
     }
 
+    /// `stack` over `probe`'s handler, served by a [`Server`] with a [`Peer`] (`Server::peer(dialect)`), which
+    /// the test uses to send requests to this raw client, frames it reads off the wire with [`Conn::recv`].
+    pub fn with_peer<L, D>(stack: L, probe: &Probe, framing: Framing, dialect: D) -> (Self, Peer)
+    where
+        L: tower::Layer<Handler>,
+        L::Service: Served,
+        D: tower_cancel::Dialect,
+    {
+        let service = ServiceBuilder::new().layer(stack).service(probe.service());
+        let mut server = Server::new(service);
+        let peer = server.peer(dialect);
+        (Self::start(server, framing), peer)
+    }
+
     /// The connection's registry.
     pub fn registry(&self) -> &Registry {
         &self.registry
@@ -569,15 +703,7 @@ impl Conn {
 
     /// `message` framed for this connection.
     pub fn frame(&self, message: &str) -> String {
-        match self.framing {
-            Framing::ContentLength => {
-                format!("Content-Length: {}\r\n\r\n{message}", message.len())
-            }
-            Framing::Ndjson => {
-                assert!(!message.contains('\n'), "one line per message: {message}");
-                format!("{message}\n")
-            }
-        }
+        frame(message, self.framing)
     }
 
     /// Write raw bytes, exactly as given.
@@ -610,35 +736,7 @@ impl Conn {
     /// Read one frame and check its framing; `None` at the end of the stream.
     async fn read_frame(&mut self) -> Option<String> {
         let reader = self.reader.as_mut().expect("the receiving side is open");
-        let body = match self.framing {
-            Framing::ContentLength => {
-                let mut header = String::new();
-                if reader.read_line(&mut header).await.expect("read") == 0 {
-                    return None;
-                }
-                let len: usize = header
-                    .strip_prefix("Content-Length: ")
-                    .and_then(|rest| rest.strip_suffix("\r\n"))
-                    .and_then(|n| n.parse().ok())
-                    .unwrap_or_else(|| panic!("bad header line {header:?}"));
-                let mut blank = String::new();
-                reader.read_line(&mut blank).await.expect("read");
-                assert_eq!(blank, "\r\n", "one header, then a blank line");
-                let mut body = vec![0; len];
-                reader.read_exact(&mut body).await.expect("a whole body");
-                body
-            }
-            Framing::Ndjson => {
-                let mut line = Vec::new();
-                if reader.read_until(b'\n', &mut line).await.expect("read") == 0 {
-                    return None;
-                }
-                assert_eq!(line.pop(), Some(b'\n'), "a whole line");
-                assert!(!line.contains(&b'\r'), "no carriage return");
-                line
-            }
-        };
-        Some(String::from_utf8(body).expect("replies are UTF-8"))
+        read_frame(reader, self.framing).await
     }
 
     /// Close the client's sending side: the server reads the end of the stream (the peer hung up).
@@ -708,6 +806,54 @@ impl Conn {
             self.registry
         );
         assert_eq!(self.registry.stats().in_flight, 0);
+    }
+}
+
+/// Read one frame off `reader` and check its framing exactly as a peer would see it (one `Content-Length`
+/// header and a blank line, or one line without a carriage return); `None` at the end of the stream.
+pub async fn read_frame<R: AsyncBufRead + Unpin>(
+    reader: &mut R,
+    framing: Framing,
+) -> Option<String> {
+    let body = match framing {
+        Framing::ContentLength => {
+            let mut header = String::new();
+            if reader.read_line(&mut header).await.expect("read") == 0 {
+                return None;
+            }
+            let len: usize = header
+                .strip_prefix("Content-Length: ")
+                .and_then(|rest| rest.strip_suffix("\r\n"))
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("bad header line {header:?}"));
+            let mut blank = String::new();
+            reader.read_line(&mut blank).await.expect("read");
+            assert_eq!(blank, "\r\n", "one header, then a blank line");
+            let mut body = vec![0; len];
+            reader.read_exact(&mut body).await.expect("a whole body");
+            body
+        }
+        Framing::Ndjson => {
+            let mut line = Vec::new();
+            if reader.read_until(b'\n', &mut line).await.expect("read") == 0 {
+                return None;
+            }
+            assert_eq!(line.pop(), Some(b'\n'), "a whole line");
+            assert!(!line.contains(&b'\r'), "no carriage return");
+            line
+        }
+    };
+    Some(String::from_utf8(body).expect("frames are UTF-8"))
+}
+
+/// `message` framed as `framing` frames it: `Content-Length: N\r\n\r\n` + the bytes, or the bytes and a newline.
+pub fn frame(message: &str, framing: Framing) -> String {
+    match framing {
+        Framing::ContentLength => format!("Content-Length: {}\r\n\r\n{message}", message.len()),
+        Framing::Ndjson => {
+            assert!(!message.contains('\n'), "one line per message: {message}");
+            format!("{message}\n")
+        }
     }
 }
 

@@ -278,6 +278,19 @@ impl Peer {
             call.reply = closed_receiver();
             return call;
         }
+        // A child handle whose request is already cancelled (a cooperative handler winding down, a task that
+        // outlived its handler) sends nothing: the request would be cancelled the moment it is polled, after the
+        // peer had started a handler for it (PROTOCOLS.md lists "nested requests of a cancelled handler are still
+        // sent" among what peers get wrong). Without this check it went out, followed at once by its cancel.
+        if self
+            .parent
+            .as_ref()
+            .is_some_and(CancellationToken::is_cancelled)
+        {
+            call.state = State::Refused;
+            call.reply = closed_receiver();
+            return call;
+        }
         let pending = Pending {
             method,
             reply: tx,
@@ -424,10 +437,12 @@ impl fmt::Debug for Peer {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum State {
     Waiting,
-    // A cancel went out (or could not be sent) and the call waits for the peer's reply; the error is the one to
-    // give if the connection closes meanwhile.
+    // A cancel went out and the call waits for the peer's answer to it (a -32800 or a partial result); if the
+    // connection closes meanwhile, the call ends with `Closed`.
     CancelledWaiting,
     Detached,
+    // Never sent: its parent request was already cancelled (see `Peer::send`). Resolves to `Cancelled`.
+    Refused,
     Done,
 }
 
@@ -520,6 +535,10 @@ impl Future for PeerCall {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
+        if this.state == State::Refused {
+            this.state = State::Done;
+            return Poll::Ready(Err(PeerError::Cancelled));
+        }
         if this.state == State::Done {
             return Poll::Ready(Err(PeerError::Closed));
         }
@@ -575,10 +594,21 @@ impl Future for PeerCall {
 impl Drop for PeerCall {
     fn drop(&mut self) {
         match self.state {
-            State::Done => return,
+            State::Done | State::Refused => return,
             State::Waiting => {
-                self.peer
-                    .send_cancel(&self.id, &self.method, Some("caller went away"));
+                // In abort mode a cascaded cancel arrives here (the handler's future is dropped with its calls):
+                // say so, rather than that the caller went away.
+                let parent_cancelled = self
+                    .peer
+                    .parent
+                    .as_ref()
+                    .is_some_and(CancellationToken::is_cancelled);
+                let reason = if parent_cancelled {
+                    "parent request cancelled"
+                } else {
+                    "caller went away"
+                };
+                self.peer.send_cancel(&self.id, &self.method, Some(reason));
             }
             State::CancelledWaiting | State::Detached => {}
         }
