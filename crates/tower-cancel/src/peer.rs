@@ -550,22 +550,17 @@ impl Future for PeerCall {
             });
         }
         if matches!(this.state, State::Waiting | State::Detached) {
-            if let Some(parent) = &mut this.parent {
-                if parent.as_mut().poll(cx).is_ready() {
-                    let poll = this.stop(PeerError::Cancelled, "parent request cancelled");
-                    if poll.is_ready() {
-                        return poll;
-                    }
-                }
-            }
-        }
-        if matches!(this.state, State::Waiting | State::Detached) {
-            if let Some(token) = &mut this.cancel_on {
-                if token.as_mut().poll(cx).is_ready() {
-                    let poll = this.stop(PeerError::Cancelled, "cancelled by the caller");
-                    if poll.is_ready() {
-                        return poll;
-                    }
+            let reason = if fired(&mut this.parent, cx) {
+                Some("parent request cancelled")
+            } else if fired(&mut this.cancel_on, cx) {
+                Some("cancelled by the caller")
+            } else {
+                None
+            };
+            if let Some(reason) = reason {
+                let poll = this.stop(PeerError::Cancelled, reason);
+                if poll.is_ready() {
+                    return poll;
                 }
             }
         }
@@ -589,6 +584,16 @@ impl Future for PeerCall {
         }
         Poll::Pending
     }
+}
+
+/// Whether `token` (if any) has fired; registers the waker otherwise.
+fn fired(
+    token: &mut Option<Pin<Box<WaitForCancellationFutureOwned>>>,
+    cx: &mut Context<'_>,
+) -> bool {
+    token
+        .as_mut()
+        .is_some_and(|token| token.as_mut().poll(cx).is_ready())
 }
 
 impl Drop for PeerCall {
