@@ -153,3 +153,43 @@ impl Dialect for Lsp {
         Request::notification(Self::CANCEL_METHOD, json!({ "id": id }))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::progress::ProgressUpdate;
+
+    fn value(event: ProgressEvent<'_>) -> Value {
+        let notification = Lsp.progress_notification(&json!("t"), event).unwrap();
+        assert_eq!(notification.method(), "$/progress");
+        notification.params_as::<Value>().unwrap()["value"].clone()
+    }
+
+    #[test]
+    fn progress_has_a_percentage_only_against_a_total() {
+        let counted = ProgressUpdate::new(3.0).message("indexing");
+        assert_eq!(
+            value(ProgressEvent::Report {
+                first: true,
+                update: &counted
+            }),
+            json!({ "kind": "begin", "title": "indexing" })
+        );
+        assert_eq!(
+            value(ProgressEvent::Report {
+                first: false,
+                update: &counted
+            }),
+            json!({ "kind": "report", "message": "indexing" })
+        );
+        let measured = ProgressUpdate::new(1.0).total(4.0);
+        assert_eq!(
+            value(ProgressEvent::Report {
+                first: false,
+                update: &measured
+            }),
+            json!({ "kind": "report", "percentage": 25 })
+        );
+        assert_eq!(value(ProgressEvent::End), json!({ "kind": "end" }));
+    }
+}
