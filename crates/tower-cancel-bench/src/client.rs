@@ -1,0 +1,282 @@
+//! The harness's client: the same raw-frame JSON-RPC client for every target, so that only the server differs.
+
+use std::{io, time::Duration};
+
+use bytes::BytesMut;
+use futures_util::{FutureExt, StreamExt};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio::{
+    io::{AsyncWrite, AsyncWriteExt},
+    task::JoinHandle,
+};
+use tokio_util::codec::{Decoder, FramedRead};
+use tower_cancel_io::{ContentLengthCodec, FrameError, NdjsonCodec};
+
+use crate::target::{BoxRead, BoxWrite, Protocol, Target};
+
+/// How long a handler sleeps when it should stay in flight until cancelled: an hour.
+pub const HELD_MS: u64 = 3_600_000;
+
+/// The connection between the client and the target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    /// tokio's in-memory duplex pipe.
+    Duplex,
+    /// A Unix socket pair.
+    Unix,
+}
+
+impl Transport {
+    /// The name in the tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            Transport::Duplex => "in-memory duplex",
+            Transport::Unix => "Unix socket",
+        }
+    }
+}
+
+/// One reply read from the target.
+#[derive(Clone, Copy, Debug)]
+pub struct Reply {
+    /// The id it answers.
+    pub id: u64,
+    /// Whether it is an error reply (a cancelled request's, for instance).
+    pub is_error: bool,
+}
+
+/// A client connected to a running target.
+pub struct Client {
+    protocol: Protocol,
+    reader: FramedRead<BoxRead, AnyCodec>,
+    writer: BoxWrite,
+    out: Vec<u8>,
+    server: JoinHandle<()>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("protocol", &self.protocol)
+            .finish()
+    }
+}
+
+impl Client {
+    /// Start `target` on a new connection over `transport` (on the current runtime) and connect to it.
+    pub fn connect(target: &Target, transport: Transport) -> io::Result<Self> {
+        let ((server_read, server_write), (client_read, client_write)) = match transport {
+            Transport::Duplex => {
+                let (a, b) = tokio::io::duplex(64 * 1024);
+                (boxed(a), boxed(b))
+            }
+            Transport::Unix => {
+                let (a, b) = tokio::net::UnixStream::pair()?;
+                (boxed(a), boxed(b))
+            }
+        };
+        let server = tokio::spawn((target.serve)(server_read, server_write));
+        Ok(Self {
+            protocol: target.protocol,
+            reader: FramedRead::new(client_read, AnyCodec::new(target.protocol)),
+            writer: client_write,
+            out: Vec::with_capacity(1 << 20),
+            server,
+        })
+    }
+
+    /// `initialize`, its reply, then the `initialized` notification.
+    pub async fn handshake(&mut self) -> io::Result<()> {
+        let params = match self.protocol {
+            Protocol::Lsp => json!({ "processId": null, "rootUri": null, "capabilities": {} }),
+            Protocol::Mcp => json!({
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": { "name": "tower-cancel-bench", "version": "0" },
+            }),
+        };
+        self.queue(&json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": params }));
+        self.flush().await?;
+        self.wait_for(0).await?;
+        let initialized = match self.protocol {
+            Protocol::Lsp => "initialized",
+            Protocol::Mcp => "notifications/initialized",
+        };
+        self.queue(&json!({ "jsonrpc": "2.0", "method": initialized, "params": {} }));
+        self.flush().await
+    }
+
+    /// Queue a unit of work: request `id` sleeps `ms`, its handler's guard tagged with `id`.
+    pub fn queue_work(&mut self, id: u64, ms: u64) {
+        let args = json!({ "ms": ms, "tag": id });
+        let message = match self.protocol {
+            Protocol::Lsp => {
+                json!({ "jsonrpc": "2.0", "id": id, "method": "bench/work", "params": args })
+            }
+            Protocol::Mcp => json!({
+                "jsonrpc": "2.0", "id": id, "method": "tools/call",
+                "params": { "name": "work", "arguments": args },
+            }),
+        };
+        self.queue(&message);
+    }
+
+    /// Queue the dialect's cancel of request `id`.
+    pub fn queue_cancel(&mut self, id: u64) {
+        let message = match self.protocol {
+            Protocol::Lsp => {
+                json!({ "jsonrpc": "2.0", "method": "$/cancelRequest", "params": { "id": id } })
+            }
+            Protocol::Mcp => json!({
+                "jsonrpc": "2.0", "method": "notifications/cancelled",
+                "params": { "requestId": id, "reason": "benchmark" },
+            }),
+        };
+        self.queue(&message);
+    }
+
+    fn queue(&mut self, message: &Value) {
+        let body = serde_json::to_vec(message).expect("a JSON value serializes");
+        match self.protocol {
+            Protocol::Lsp => {
+                self.out.extend_from_slice(
+                    format!("Content-Length: {}\r\n\r\n", body.len()).as_bytes(),
+                );
+                self.out.extend_from_slice(&body);
+            }
+            Protocol::Mcp => {
+                self.out.extend_from_slice(&body);
+                self.out.push(b'\n');
+            }
+        }
+    }
+
+    /// Bytes queued and not yet written.
+    pub fn queued(&self) -> usize {
+        self.out.len()
+    }
+
+    /// Write what is queued.
+    pub async fn flush(&mut self) -> io::Result<()> {
+        self.writer.write_all(&self.out).await?;
+        self.writer.flush().await?;
+        self.out.clear();
+        Ok(())
+    }
+
+    /// The next reply; an error if the target closed the connection.
+    pub async fn next_reply(&mut self) -> io::Result<Reply> {
+        loop {
+            let frame = self.reader.next().await;
+            if let Some(reply) = parse(frame)? {
+                return Ok(reply);
+            }
+        }
+    }
+
+    /// The next reply if one is already readable without waiting.
+    pub fn ready_reply(&mut self) -> io::Result<Option<Reply>> {
+        while let Some(frame) = self.reader.next().now_or_never() {
+            if let Some(reply) = parse(frame)? {
+                return Ok(Some(reply));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Read replies until the one to `id`.
+    pub async fn wait_for(&mut self, id: u64) -> io::Result<Reply> {
+        loop {
+            let reply = self.next_reply().await?;
+            if reply.id == id {
+                return Ok(reply);
+            }
+        }
+    }
+
+    /// Send a trivial request and wait for its reply: everything sent before has been read by the target.
+    pub async fn barrier(&mut self, id: u64) -> io::Result<()> {
+        self.queue_work(id, 0);
+        self.flush().await?;
+        self.wait_for(id).await.map(drop)
+    }
+
+    /// Close the connection and wait up to `patience` for the target to return. Whether it did.
+    pub async fn close(mut self, patience: Duration) -> bool {
+        let _ = self.writer.shutdown().await;
+        drop(self.writer);
+        drop(self.reader);
+        tokio::time::timeout(patience, &mut self.server)
+            .await
+            .is_ok()
+            || {
+                self.server.abort();
+                false
+            }
+    }
+}
+
+fn boxed<T>(stream: T) -> (BoxRead, BoxWrite)
+where
+    T: tokio::io::AsyncRead + AsyncWrite + Send + 'static,
+{
+    let (read, write) = tokio::io::split(stream);
+    (Box::pin(read), Box::pin(write))
+}
+
+fn parse(frame: Option<io::Result<Result<BytesMut, FrameError>>>) -> io::Result<Option<Reply>> {
+    #[derive(Deserialize)]
+    struct Frame {
+        id: Option<Value>,
+        method: Option<serde::de::IgnoredAny>,
+        error: Option<serde::de::IgnoredAny>,
+    }
+    let closed = || {
+        io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "the target closed the connection",
+        )
+    };
+    let bytes = frame.ok_or_else(closed)??.map_err(io::Error::other)?;
+    let frame: Frame = serde_json::from_slice(&bytes).map_err(io::Error::other)?;
+    // Requests and notifications from the target (logs, progress) are not replies.
+    if frame.method.is_some() {
+        return Ok(None);
+    }
+    let id = frame.id.as_ref().and_then(Value::as_u64);
+    Ok(id.map(|id| Reply {
+        id,
+        is_error: frame.error.is_some(),
+    }))
+}
+
+/// The framing of either protocol, chosen at run time.
+struct AnyCodec {
+    content_length: ContentLengthCodec,
+    ndjson: NdjsonCodec,
+    protocol: Protocol,
+}
+
+impl AnyCodec {
+    fn new(protocol: Protocol) -> Self {
+        let max = 64 << 20;
+        Self {
+            content_length: ContentLengthCodec::with_max_frame_size(max),
+            ndjson: NdjsonCodec::with_max_frame_size(max),
+            protocol,
+        }
+    }
+}
+
+impl Decoder for AnyCodec {
+    type Item = Result<BytesMut, FrameError>;
+    type Error = io::Error;
+
+    fn decode(&mut self, src: &mut BytesMut) -> io::Result<Option<Self::Item>> {
+        match self.protocol {
+            Protocol::Lsp => self.content_length.decode(src),
+            Protocol::Mcp => self.ndjson.decode(src),
+        }
+    }
+}

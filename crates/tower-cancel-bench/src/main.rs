@@ -1,0 +1,388 @@
+//! The benchmark harness: every figure of BENCHMARKS.md in one run.
+//!
+//! ```text
+//! cargo run --release -p tower-cancel-bench              # everything (under 10 minutes on 2 cores)
+//! cargo run --release -p tower-cancel-bench -- --quick   # each workload small: proves the harness works
+//! cargo run --release -p tower-cancel-bench -- --out DIR # where results.md and cancel-latency.svg go
+//! ```
+
+use std::{fs, future::Future, path::PathBuf, time::Instant};
+
+use tower_cancel_bench::{
+    client::Transport,
+    memory,
+    ours::{LSP_BARE, LSP_STACK, MCP_STACK},
+    overhead, peers,
+    plot::{self, Series},
+    report::{median, micros, percentile, Table},
+    scale,
+    target::Target,
+    workload,
+};
+
+#[global_allocator]
+static GLOBAL: &stats_alloc::StatsAlloc<std::alloc::System> = memory::ALLOCATOR;
+
+/// How big each workload is.
+struct Sizes {
+    overhead_calls: i64,
+    overhead_rounds: usize,
+    e2e_requests: u64,
+    e2e_rounds: usize,
+    windows: &'static [usize],
+    in_flight: &'static [u64],
+    cancel_samples: usize,
+    scale_held: &'static [usize],
+    scale_samples: usize,
+    mixed_requests: u64,
+}
+
+const FULL: Sizes = Sizes {
+    overhead_calls: 200_000,
+    overhead_rounds: 7,
+    e2e_requests: 100_000,
+    e2e_rounds: 3,
+    windows: &[1, 64, 1024],
+    in_flight: &[1, 1_000, 10_000, 100_000],
+    cancel_samples: 300,
+    scale_held: &[1_000, 1_000_000],
+    scale_samples: 1_000,
+    mixed_requests: 100_000,
+};
+
+const QUICK: Sizes = Sizes {
+    overhead_calls: 2_000,
+    overhead_rounds: 3,
+    e2e_requests: 2_000,
+    e2e_rounds: 1,
+    windows: &[1, 64],
+    in_flight: &[1, 100],
+    cancel_samples: 10,
+    scale_held: &[100, 10_000],
+    scale_samples: 50,
+    mixed_requests: 2_000,
+};
+
+const LSP_TARGETS: [Target; 3] = [LSP_STACK, peers::TOWER_LSP, peers::ASYNC_LSP];
+const MCP_TARGETS: [Target; 2] = [MCP_STACK, peers::RMCP];
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let out = args
+        .iter()
+        .position(|a| a == "--out")
+        .and_then(|i| args.get(i + 1))
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(if quick {
+                "target/bench-quick"
+            } else {
+                "bench-results"
+            })
+        });
+    let sizes = if quick { &QUICK } else { &FULL };
+    let began = Instant::now();
+
+    let mut text = format!(
+        "# Results{}\n\n{}\n",
+        if quick {
+            " (quick mode: sizes too small to mean anything)"
+        } else {
+            ""
+        },
+        machine()
+    );
+    let mut section = |title: &str, body: String| {
+        let part = format!("## {title}\n\n{body}\n");
+        println!("{part}");
+        text.push_str(&part);
+    };
+
+    section(
+        "1. Overhead in process (ns per request)",
+        overhead_table(sizes),
+    );
+    section(
+        "2. End to end throughput (requests per second)",
+        throughput_table(sizes)?,
+    );
+    let (latency_text, series) = latency_tables(sizes)?;
+    section(
+        "3. Cancel latency (µs) and 5. memory per request in flight",
+        latency_text,
+    );
+    section("4. Scale in process", scale_table(sizes));
+    section(
+        "5. Peers: throughput with 10% of requests cancelled",
+        mixed_table(sizes)?,
+    );
+
+    fs::create_dir_all(&out)?;
+    fs::write(out.join("results.md"), &text)?;
+    plot::cancel_latency(&out.join("cancel-latency.svg"), &series)?;
+    println!(
+        "written: {}/results.md and cancel-latency.svg in {:.0} s",
+        out.display(),
+        began.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+fn machine() -> String {
+    let cpu = fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".to_owned());
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let profile = if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    };
+    format!("Machine: {cpu}, {cores} cores available; {profile} build; tokio multi-thread runtime with 2 workers.\n")
+}
+
+/// Run `work` on a fresh runtime, so that no run inherits another's tasks.
+fn run<F: Future + Send + 'static>(work: F) -> F::Output
+where
+    F::Output: Send + 'static,
+{
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async {
+        tokio::spawn(work)
+            .await
+            .expect("the workload does not panic")
+    })
+}
+
+fn overhead_table(sizes: &Sizes) -> String {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let _entered = runtime.enter();
+    let mut variants = overhead::variants();
+    let mut times: Vec<Vec<f64>> = vec![Vec::new(); variants.len()];
+    let mut next_id = 0;
+    // Rounds interleave the variants, so that drift in the machine's speed touches all alike.
+    for _ in 0..sizes.overhead_rounds {
+        for (index, (_, call)) in variants.iter_mut().enumerate() {
+            let start = Instant::now();
+            for _ in 0..sizes.overhead_calls {
+                call(next_id);
+                next_id += 1;
+            }
+            times[index].push(start.elapsed().as_nanos() as f64 / sizes.overhead_calls as f64);
+        }
+    }
+    let medians: Vec<f64> = times.iter().map(|t| median(t)).collect();
+    let bare = medians[1];
+    let mut table = Table::new(&[
+        "variant",
+        "ns per request (median)",
+        "added to the bare service (ns)",
+        "throughput vs bare",
+    ]);
+    for ((name, _), ns) in variants.iter().zip(&medians) {
+        table.row(&[
+            (*name).to_owned(),
+            format!("{ns:.0}"),
+            format!("{:+.0}", ns - bare),
+            format!("{:.2}", bare / ns),
+        ]);
+    }
+    format!(
+        "{} calls per round, {} rounds, median. A call makes the request (method string, params), calls the service and \
+         takes the answer (the trivial handler is ready at once).\n\n{}",
+        sizes.overhead_calls,
+        sizes.overhead_rounds,
+        table.finish()
+    )
+}
+
+fn throughput_table(sizes: &Sizes) -> Result<String, Box<dyn std::error::Error>> {
+    let mut table = Table::new(&[
+        "transport",
+        "in flight",
+        "bare driver (req/s)",
+        "full stack (req/s)",
+        "ratio",
+    ]);
+    for transport in [Transport::Duplex, Transport::Unix] {
+        for &window in sizes.windows {
+            let requests = if window == 1 {
+                sizes.e2e_requests / 4
+            } else {
+                sizes.e2e_requests
+            };
+            let (mut bare, mut stack) = (Vec::new(), Vec::new());
+            for _ in 0..sizes.e2e_rounds {
+                bare.push(
+                    run(async move {
+                        workload::throughput(&LSP_BARE, transport, window, requests, None).await
+                    })?
+                    .per_second,
+                );
+                stack.push(
+                    run(async move {
+                        workload::throughput(&LSP_STACK, transport, window, requests, None).await
+                    })?
+                    .per_second,
+                );
+            }
+            let (bare, stack) = (median(&bare), median(&stack));
+            table.row(&[
+                transport.name().to_owned(),
+                window.to_string(),
+                format!("{bare:.0}"),
+                format!("{stack:.0}"),
+                format!("{:.3}", stack / bare),
+            ]);
+        }
+    }
+    Ok(format!(
+        "LSP framing, trivial handler (`bench/work` with ms 0), one connection, median of {} runs of {} requests \
+         (a quarter of that with 1 in flight), bare and stack alternating.\n\n{}",
+        sizes.e2e_rounds,
+        sizes.e2e_requests,
+        table.finish()
+    ))
+}
+
+fn latency_tables(sizes: &Sizes) -> Result<(String, Vec<Series>), Box<dyn std::error::Error>> {
+    let mut table = Table::new(&[
+        "target",
+        "in flight",
+        "p50 (µs)",
+        "p99 (µs)",
+        "max (µs)",
+        "missed",
+        "heap bytes per request held",
+        "closed cleanly",
+    ]);
+    let mut series = Vec::new();
+    for target in LSP_TARGETS.iter().chain(&MCP_TARGETS) {
+        let mut line = Series {
+            name: target.name.to_owned(),
+            points: Vec::new(),
+        };
+        for &in_flight in sizes.in_flight {
+            let samples = sizes.cancel_samples;
+            let target = *target;
+            let result = run(async move {
+                workload::cancel_latency(&target, Transport::Duplex, in_flight, samples).await
+            })?;
+            let p99 = percentile(&result.samples, 99.0);
+            table.row(&[
+                target.name.to_owned(),
+                in_flight.to_string(),
+                micros(percentile(&result.samples, 50.0)),
+                micros(p99),
+                micros(percentile(&result.samples, 100.0)),
+                result.missed.to_string(),
+                format!("{:.0}", result.bytes_per_request),
+                if result.closed_cleanly { "yes" } else { "no" }.to_owned(),
+            ]);
+            line.points
+                .push((in_flight as f64, p99.as_secs_f64() * 1e6));
+        }
+        series.push(line);
+    }
+    Ok((
+        format!(
+            "In-memory duplex, {} cancels per row, one at a time, each cancelled request replaced so that the count \
+             stays. LSP: from the `$/cancelRequest` frame written to the cancelled reply read. MCP sends no reply to a \
+             cancelled request: from the `notifications/cancelled` frame written to the handler stopped (its guard \
+             dropped). Heap bytes: the whole process's heap growth while the requests were sent, divided by their \
+             number (the client's share is the same for every target).\n\n{}",
+            sizes.cancel_samples,
+            table.finish()
+        ),
+        series,
+    ))
+}
+
+fn scale_table(sizes: &Sizes) -> String {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let _entered = runtime.enter();
+    let mut table = Table::new(&[
+        "held",
+        "bare (B/request)",
+        "stack (B/request)",
+        "added by the stack (B)",
+        "hold all (ms)",
+        "one cancel p50 (µs)",
+        "p99 (µs)",
+        "max (µs)",
+        "cancel the rest (ms)",
+        "left in registry",
+    ]);
+    for &held in sizes.scale_held {
+        let s = scale::measure(held, sizes.scale_samples);
+        table.row(&[
+            held.to_string(),
+            format!("{:.0}", s.bare_bytes),
+            format!("{:.0}", s.stack_bytes),
+            format!("{:.0}", s.stack_bytes - s.bare_bytes),
+            format!("{:.1}", s.hold_time.as_secs_f64() * 1e3),
+            micros(percentile(&s.cancel_one, 50.0)),
+            micros(percentile(&s.cancel_one, 99.0)),
+            micros(percentile(&s.cancel_one, 100.0)),
+            format!("{:.1}", s.cancel_all.as_secs_f64() * 1e3),
+            s.left_in_registry.to_string(),
+        ]);
+    }
+    format!(
+        "`CancelStack::lsp()` over a handler that never finishes, called and polled once per request in process (no \
+         connection); {} single cancels spread over the table (the cancel notification called, the cancelled reply \
+         taken), then the rest cancelled at once as a closed connection does. Bytes are heap bytes per request held.\n\n{}",
+        sizes.scale_samples,
+        table.finish()
+    )
+}
+
+fn mixed_table(sizes: &Sizes) -> Result<String, Box<dyn std::error::Error>> {
+    let mut table = Table::new(&[
+        "target",
+        "requests per second",
+        "error replies",
+        "vs tower-cancel",
+    ]);
+    for targets in [&LSP_TARGETS[..], &MCP_TARGETS[..]] {
+        let mut ours = 0.0;
+        for target in targets {
+            let target = *target;
+            let requests = sizes.mixed_requests;
+            let result = run(async move {
+                workload::throughput(&target, Transport::Duplex, 64, requests, Some(10)).await
+            })?;
+            if ours == 0.0 {
+                ours = result.per_second;
+            }
+            table.row(&[
+                target.name.to_owned(),
+                format!("{:.0}", result.per_second),
+                result.errors.to_string(),
+                format!("{:.2}", result.per_second / ours),
+            ]);
+        }
+    }
+    Ok(format!(
+        "In-memory duplex, 64 in flight, {} requests; every tenth is held by its handler and cancelled right after it \
+         is sent (LSP answers it with an error; MCP answers nothing, so it counts as done when the cancel is written).\n\n{}",
+        sizes.mixed_requests,
+        table.finish()
+    ))
+}

@@ -1,0 +1,12 @@
+//! Heap bytes in use, counted by the harness binary's allocator.
+
+use stats_alloc::{StatsAlloc, INSTRUMENTED_SYSTEM};
+
+/// The allocator the harness installs (in its `main.rs`) so that [`in_use`] counts.
+pub static ALLOCATOR: &StatsAlloc<std::alloc::System> = &INSTRUMENTED_SYSTEM;
+
+/// Heap bytes allocated and not yet freed, by the whole process (0 if the counting allocator is not installed).
+pub fn in_use() -> i64 {
+    let stats = ALLOCATOR.stats();
+    stats.bytes_allocated as i64 - stats.bytes_deallocated as i64 + stats.bytes_reallocated as i64
+}

@@ -1,0 +1,106 @@
+//! tower-cancel's own targets: the bare driver (no cancel layers) and the full stack, for LSP and MCP.
+
+use serde_json::{json, Value};
+use tower::{service_fn, Layer};
+use tower_cancel::{BoxError, CancelStack, Request, Response};
+use tower_cancel_io::{Framing, Server};
+
+use crate::{
+    probe::{work, WorkParams},
+    target::{BoxRead, BoxWrite, Protocol, ServeFuture, Target},
+};
+
+/// The LSP driver with a service that answers without any cancel layer: the baseline.
+pub const LSP_BARE: Target = Target {
+    name: "tower-cancel bare driver (LSP)",
+    protocol: Protocol::Lsp,
+    serve: serve_lsp_bare,
+};
+
+/// The LSP driver with `CancelStack::lsp()`: the full default stack.
+pub const LSP_STACK: Target = Target {
+    name: "tower-cancel (LSP)",
+    protocol: Protocol::Lsp,
+    serve: serve_lsp_stack,
+};
+
+/// The MCP driver with a service that answers without any cancel layer: the baseline.
+pub const MCP_BARE: Target = Target {
+    name: "tower-cancel bare driver (MCP)",
+    protocol: Protocol::Mcp,
+    serve: serve_mcp_bare,
+};
+
+/// The MCP driver with `CancelStack::mcp()`: the full default stack.
+pub const MCP_STACK: Target = Target {
+    name: "tower-cancel (MCP)",
+    protocol: Protocol::Mcp,
+    serve: serve_mcp_stack,
+};
+
+/// The workload's handler, as a user of tower-cancel writes it: a plain service, no cancellation code.
+pub async fn handle(req: Request) -> Result<Value, BoxError> {
+    match req.method() {
+        "initialize"
+            if req
+                .params()
+                .is_some_and(|p| p.get().contains("protocolVersion")) =>
+        {
+            Ok(json!({
+                "protocolVersion": "2025-06-18",
+                "capabilities": { "tools": {} },
+                "serverInfo": { "name": "tower-cancel-bench", "version": "0" },
+            }))
+        }
+        "initialize" => Ok(json!({ "capabilities": {} })),
+        "bench/work" => {
+            work(req.params_as::<WorkParams>()?).await;
+            Ok(json!("done"))
+        }
+        "tools/call" => {
+            #[derive(serde::Deserialize)]
+            struct Call {
+                arguments: WorkParams,
+            }
+            work(req.params_as::<Call>()?.arguments).await;
+            Ok(json!({ "content": [{ "type": "text", "text": "done" }] }))
+        }
+        // Notifications (`initialized`): nothing to answer.
+        _ => Ok(Value::Null),
+    }
+}
+
+/// The handler made into what the driver serves without a stack: a reply for requests, none for notifications.
+pub async fn handle_bare(req: Request) -> Result<Option<Response>, BoxError> {
+    let id = req.id().cloned();
+    let result = handle(req).await?;
+    Ok(id.map(|id| Response::ok(id, result)))
+}
+
+fn serve_lsp_bare(reader: BoxRead, writer: BoxWrite) -> ServeFuture {
+    let server = Server::new(service_fn(handle_bare));
+    Box::pin(async move {
+        let _ = server.serve(reader, writer, Framing::ContentLength).await;
+    })
+}
+
+fn serve_lsp_stack(reader: BoxRead, writer: BoxWrite) -> ServeFuture {
+    let server = Server::new(CancelStack::lsp().layer(service_fn(handle)));
+    Box::pin(async move {
+        let _ = server.serve(reader, writer, Framing::ContentLength).await;
+    })
+}
+
+fn serve_mcp_bare(reader: BoxRead, writer: BoxWrite) -> ServeFuture {
+    let server = Server::new(service_fn(handle_bare));
+    Box::pin(async move {
+        let _ = server.serve(reader, writer, Framing::Ndjson).await;
+    })
+}
+
+fn serve_mcp_stack(reader: BoxRead, writer: BoxWrite) -> ServeFuture {
+    let server = Server::new(CancelStack::mcp().layer(service_fn(handle)));
+    Box::pin(async move {
+        let _ = server.serve(reader, writer, Framing::Ndjson).await;
+    })
+}

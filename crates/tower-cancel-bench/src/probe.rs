@@ -1,0 +1,73 @@
+//! When handlers stop: the guard every target's handler holds while it works.
+//!
+//! MCP answers nothing to a cancelled request, so its cancel latency is the time from the cancel frame written to
+//! the handler stopped. The guard records that moment, for every target alike.
+
+use std::{
+    collections::HashMap,
+    sync::{Mutex, OnceLock},
+    time::Instant,
+};
+
+/// Held by a handler while it works on request `tag`. Dropped before [`Work::done`], it records that the handler
+/// stopped (its future was dropped, or it returned early on a cancel).
+#[derive(Debug)]
+pub struct Work {
+    tag: u64,
+    done: bool,
+}
+
+impl Work {
+    /// A handler begins work on `tag`.
+    pub fn start(tag: u64) -> Self {
+        Self { tag, done: false }
+    }
+
+    /// The handler finished its work normally.
+    pub fn done(mut self) {
+        self.done = true;
+    }
+}
+
+impl Drop for Work {
+    fn drop(&mut self) {
+        if !self.done {
+            let now = Instant::now();
+            stops().lock().unwrap().insert(self.tag, now);
+        }
+    }
+}
+
+fn stops() -> &'static Mutex<HashMap<u64, Instant>> {
+    static STOPS: OnceLock<Mutex<HashMap<u64, Instant>>> = OnceLock::new();
+    STOPS.get_or_init(Default::default)
+}
+
+/// When the handler for `tag` stopped, if it did; the record is taken.
+pub fn take_stop(tag: u64) -> Option<Instant> {
+    stops().lock().unwrap().remove(&tag)
+}
+
+/// Forget every stop recorded (between runs).
+pub fn clear() {
+    stops().lock().unwrap().clear();
+}
+
+/// The arguments of one unit of work.
+#[derive(Clone, Copy, Debug, serde::Deserialize)]
+pub struct WorkParams {
+    /// How long the handler sleeps, in milliseconds (0: it answers at once).
+    pub ms: u64,
+    /// Which request this is, for [`take_stop`].
+    #[serde(default)]
+    pub tag: u64,
+}
+
+/// The work itself: sleep `ms` (nothing for 0) while holding the guard.
+pub async fn work(params: WorkParams) {
+    let guard = Work::start(params.tag);
+    if params.ms > 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(params.ms)).await;
+    }
+    guard.done();
+}

@@ -1,0 +1,122 @@
+//! Many requests held at once, in process: the bytes each costs, and what one cancel costs among them.
+
+use std::{
+    future::Future,
+    pin::Pin,
+    task::{Context, Poll},
+    time::{Duration, Instant},
+};
+
+use futures_util::{future, task::noop_waker, FutureExt};
+use serde_json::{json, Value};
+use tower::{service_fn, Layer, Service};
+use tower_cancel::{BoxError, CancelReason, CancelStack, Registry, Request, Response};
+
+use crate::{memory, overhead::request};
+
+/// What holding `held` requests cost.
+#[derive(Clone, Debug)]
+pub struct Scale {
+    /// Requests held.
+    pub held: usize,
+    /// Heap bytes per held request with the bare service (the request and its future).
+    pub bare_bytes: f64,
+    /// Heap bytes per held request with the full stack.
+    pub stack_bytes: f64,
+    /// Time to call and first poll all of them through the stack.
+    pub hold_time: Duration,
+    /// Cancels of single requests (cancel notification called, then the cancelled reply taken).
+    pub cancel_one: Vec<Duration>,
+    /// Time to cancel all that were left, and take their replies.
+    pub cancel_all: Duration,
+    /// Registry entries left at the end (0 when nothing leaked).
+    pub left_in_registry: usize,
+}
+
+/// Hold `held` requests whose handlers never finish, then cancel `samples` of them one by one and the rest at once.
+pub fn measure(held: usize, samples: usize) -> Scale {
+    let bare_bytes = bytes_per_request(
+        service_fn(|req: Request| {
+            let id = req.id().cloned();
+            future::pending::<()>()
+                .map(move |()| Ok::<_, BoxError>(id.map(|id| Response::ok(id, Value::Null))))
+        }),
+        held,
+    );
+
+    let registry = Registry::new();
+    let mut stack = CancelStack::lsp()
+        .registry(registry.clone())
+        .layer(service_fn(|_req: Request| {
+            future::pending::<Result<Value, BoxError>>()
+        }));
+    let mut slots = Vec::with_capacity(held);
+    let before = memory::in_use();
+    let start = Instant::now();
+    for id in 0..held {
+        let mut call = Box::pin(stack.call(request(id as i64)));
+        assert!(poll_once(&mut call).is_none(), "a held request answered");
+        slots.push(Some(call));
+    }
+    let hold_time = start.elapsed();
+    let stack_bytes = (memory::in_use() - before) as f64 / held as f64;
+
+    let mut cancel_one = Vec::with_capacity(samples);
+    for sample in 0..samples.min(held) {
+        // Spread over the table, oldest to newest.
+        let id = sample * held / samples.min(held);
+        let start = Instant::now();
+        let notice = Request::notification("$/cancelRequest", json!({ "id": id }));
+        let _ = stack.call(notice).now_or_never();
+        let mut call = slots[id].take().expect("each request is cancelled once");
+        let reply = poll_once(&mut call).expect("a cancelled request answers at once");
+        cancel_one.push(start.elapsed());
+        assert!(
+            matches!(reply, Ok(Some(ref r)) if r.outcome.is_err()),
+            "cancelled: {reply:?}"
+        );
+    }
+
+    let start = Instant::now();
+    registry.cancel_all(CancelReason::Disconnect);
+    for mut call in slots.drain(..).flatten() {
+        assert!(
+            poll_once(&mut call).is_some(),
+            "a cancelled request answers at once"
+        );
+    }
+    let cancel_all = start.elapsed();
+    Scale {
+        held,
+        bare_bytes,
+        stack_bytes,
+        hold_time,
+        cancel_one,
+        cancel_all,
+        left_in_registry: registry.len(),
+    }
+}
+
+fn bytes_per_request<S>(mut service: S, held: usize) -> f64
+where
+    S: Service<Request>,
+{
+    let mut slots = Vec::with_capacity(held);
+    let before = memory::in_use();
+    for id in 0..held {
+        let mut call = Box::pin(service.call(request(id as i64)));
+        assert!(poll_once(&mut call).is_none(), "a held request answered");
+        slots.push(call);
+    }
+    let bytes = (memory::in_use() - before) as f64 / held as f64;
+    drop(slots);
+    bytes
+}
+
+fn poll_once<F: Future>(call: &mut Pin<Box<F>>) -> Option<F::Output> {
+    let waker = noop_waker();
+    match call.as_mut().poll(&mut Context::from_waker(&waker)) {
+        Poll::Ready(output) => Some(output),
+        Poll::Pending => None,
+    }
+}

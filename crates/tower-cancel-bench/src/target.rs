@@ -1,0 +1,46 @@
+//! A server under test: something that serves the benchmark workload over one connection.
+//!
+//! # The workload every target serves
+//!
+//! LSP targets (`Content-Length` framing):
+//! - `initialize` (id 0) answers with any result, then the `initialized` notification arrives.
+//! - `bench/work` with params `{"ms": u64, "tag": u64}`: holds a [`Work`](crate::probe::Work) guard for `tag`, sleeps
+//!   `ms` milliseconds (none for 0), then answers `"done"`.
+//! - `$/cancelRequest` `{"id": n}` cancels request `n` the way the target does it (each peer's own mechanism).
+//!
+//! MCP targets (newline-delimited JSON):
+//! - `initialize` (id 0) then `notifications/initialized`.
+//! - `tools/call` with params `{"name": "work", "arguments": {"ms": u64, "tag": u64}}`: as `bench/work`, answering a
+//!   `CallToolResult` with one text item.
+//! - `notifications/cancelled` `{"requestId": n}` cancels request `n`; MCP sends no reply for it.
+
+use std::{future::Future, pin::Pin};
+
+use tokio::io::{AsyncRead, AsyncWrite};
+
+/// The read half of a connection, as a target receives it.
+pub type BoxRead = Pin<Box<dyn AsyncRead + Send>>;
+/// The write half of a connection, as a target receives it.
+pub type BoxWrite = Pin<Box<dyn AsyncWrite + Send>>;
+/// A target serving one connection until the client closes it.
+pub type ServeFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// Which workload a target serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    /// `bench/work` with `$/cancelRequest`, `Content-Length` framing.
+    Lsp,
+    /// `tools/call` with `notifications/cancelled`, newline-delimited JSON.
+    Mcp,
+}
+
+/// A server under test.
+#[derive(Clone, Copy, Debug)]
+pub struct Target {
+    /// The name in the tables and the plot.
+    pub name: &'static str,
+    /// The workload it serves.
+    pub protocol: Protocol,
+    /// Serves one connection.
+    pub serve: fn(BoxRead, BoxWrite) -> ServeFuture,
+}
