@@ -4,6 +4,7 @@
 //! cargo run --release -p tower-cancel-bench              # everything (under 10 minutes on 2 cores)
 //! cargo run --release -p tower-cancel-bench -- --quick   # each workload small: proves the harness works
 //! cargo run --release -p tower-cancel-bench -- --out DIR # where results.md and cancel-latency.svg go
+//! cargo run --release -p tower-cancel-bench -- --only 3  # one figure (1 to 5) alone
 //! ```
 
 use std::{fs, future::Future, path::PathBuf, time::Instant};
@@ -82,6 +83,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             })
         });
     let sizes = if quick { &QUICK } else { &FULL };
+    // `--only N`: run figure N alone (1 to 5), to profile it or to refresh one table.
+    let only = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1))
+        .cloned();
+    let wanted = |figure: &str| only.as_deref().is_none_or(|only| only == figure);
     let began = Instant::now();
 
     let mut text = format!(
@@ -99,28 +107,42 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         text.push_str(&part);
     };
 
-    section(
-        "1. Overhead in process (ns per request)",
-        overhead_table(sizes),
-    );
-    section(
-        "2. End to end throughput (requests per second)",
-        throughput_table(sizes)?,
-    );
-    let (latency_text, series) = latency_tables(sizes)?;
-    section(
-        "3. Cancel latency (µs) and 5. memory per request in flight",
-        latency_text,
-    );
-    section("4. Scale in process", scale_table(sizes));
-    section(
-        "5. Peers: throughput with 10% of requests cancelled",
-        mixed_table(sizes)?,
-    );
+    if wanted("1") {
+        section(
+            "1. Overhead in process (ns per request)",
+            overhead_table(sizes),
+        );
+    }
+    if wanted("2") {
+        section(
+            "2. End to end throughput (requests per second)",
+            throughput_table(sizes)?,
+        );
+    }
+    let mut series = Vec::new();
+    if wanted("3") {
+        let (latency_text, lines) = latency_tables(sizes)?;
+        section(
+            "3. Cancel latency (µs) and 5. memory per request in flight",
+            latency_text,
+        );
+        series = lines;
+    }
+    if wanted("4") {
+        section("4. Scale in process", scale_table(sizes));
+    }
+    if wanted("5") {
+        section(
+            "5. Peers: throughput with 10% of requests cancelled",
+            mixed_table(sizes)?,
+        );
+    }
 
     fs::create_dir_all(&out)?;
     fs::write(out.join("results.md"), &text)?;
-    plot::cancel_latency(&out.join("cancel-latency.svg"), &series)?;
+    if !series.is_empty() {
+        plot::cancel_latency(&out.join("cancel-latency.svg"), &series)?;
+    }
     println!(
         "written: {}/results.md and cancel-latency.svg in {:.0} s",
         out.display(),
