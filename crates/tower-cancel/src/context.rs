@@ -60,7 +60,7 @@ impl fmt::Display for CancelReason {
     }
 }
 
-/// A request's cancellation context, found in the request's extensions (see
+/// A request's cancellation context, given to the request by the cancel layer (see
 /// [`Request::context`](crate::Request::context)).
 ///
 /// Cloning is cheap: every clone observes the same request.
@@ -140,6 +140,9 @@ impl RequestContext {
 
     /// The token that fires when the request is cancelled, from any source. Hand out
     /// [`child_token`](CancellationToken::child_token)s to sub-tasks so they stop with the request.
+    ///
+    /// The token only reports: cancelling it does not cancel the request (use [`cancel`](Self::cancel)). It is
+    /// made on the first call, so a handler that never asks for it costs no token.
     pub fn token(&self) -> &CancellationToken {
         self.lifecycle.token()
     }

@@ -10,11 +10,14 @@
 
 use std::{
     sync::{
-        atomic::{AtomicU8, Ordering},
+        atomic::{fence, AtomicU8, Ordering},
         Mutex, OnceLock,
     },
+    task::Waker,
     time::Duration,
 };
+
+use futures_util::task::AtomicWaker;
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -37,7 +40,11 @@ pub(crate) struct Lifecycle {
     id: Id,
     state: AtomicU8,
     reason: OnceLock<CancelReason>,
-    token: CancellationToken,
+    // Made on first use: most requests never ask for one, and a token costs an allocation, and a lock on each
+    // clone, wait and drop. The cancel layer waits on `waker` instead.
+    token: OnceLock<CancellationToken>,
+    // The cancel layer's response future, woken on the move to `CANCELLED`.
+    waker: AtomicWaker,
     // Set by a timeout layer, at most once: the request's deadline.
     timing: OnceLock<Timing>,
 }
@@ -89,7 +96,8 @@ impl Lifecycle {
             id,
             state: AtomicU8::new(RUNNING),
             reason: OnceLock::new(),
-            token: CancellationToken::new(),
+            token: OnceLock::new(),
+            waker: AtomicWaker::new(),
             timing: OnceLock::new(),
         }
     }
@@ -127,8 +135,22 @@ impl Lifecycle {
         &self.id
     }
 
+    /// The request's token, made on first use and fired if the request is (or becomes) cancelled.
     pub(crate) fn token(&self) -> &CancellationToken {
-        &self.token
+        let token = self.token.get_or_init(CancellationToken::new);
+        // Pairs with the fence in `cancel`. A token made while a cancel is under way is seen by that cancel (which
+        // fires it), or this sees `CANCELLED` (and fires it here): with both fences, they cannot both miss.
+        fence(Ordering::SeqCst);
+        if self.is_cancelled() {
+            token.cancel();
+        }
+        token
+    }
+
+    /// Wake `waker` on the move to `CANCELLED`. Check [`is_cancelled`](Self::is_cancelled) after registering: a
+    /// cancel that came before is not woken for.
+    pub(crate) fn wake_on_cancel(&self, waker: &Waker) {
+        self.waker.register(waker);
     }
 
     /// Settle as cancelled. Returns `false` if the request was already settled (completed, or cancelled by an
@@ -145,7 +167,12 @@ impl Lifecycle {
             .compare_exchange(RUNNING, CANCELLED, Ordering::AcqRel, Ordering::Acquire)
             .is_ok();
         if won {
-            self.token.cancel();
+            // See `token`.
+            fence(Ordering::SeqCst);
+            if let Some(token) = self.token.get() {
+                token.cancel();
+            }
+            self.waker.wake();
         }
         won
     }

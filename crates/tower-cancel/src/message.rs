@@ -187,14 +187,16 @@ impl std::error::Error for ErrorObject {}
 
 /// An incoming request or notification (a notification has no id).
 ///
-/// Handlers find the request's [`RequestContext`] in its [extensions](Request::extensions) (or through
-/// [`Request::context`]) once it has passed the cancel layer.
+/// Handlers find the request's [`RequestContext`] through [`Request::context`] once it has passed the cancel layer.
 #[derive(Debug)]
 pub struct Request {
     id: Option<Id>,
     method: String,
     params: Option<Box<RawValue>>,
     extensions: Extensions,
+    // A field rather than an extension: every request that passes a cancel layer has one, and an extension would
+    // cost a map and a box per request.
+    context: Option<RequestContext>,
 }
 
 impl Request {
@@ -222,6 +224,7 @@ impl Request {
             method,
             params,
             extensions: Extensions::new(),
+            context: None,
         }
     }
 
@@ -263,7 +266,15 @@ impl Request {
 
     /// The request's cancellation context, once the request has passed a [`CancelLayer`](crate::CancelLayer).
     pub fn context(&self) -> Option<&RequestContext> {
-        self.extensions.get::<RequestContext>()
+        self.context.as_ref()
+    }
+
+    pub(crate) fn set_context(&mut self, context: RequestContext) {
+        self.context = Some(context);
+    }
+
+    pub(crate) fn context_mut(&mut self) -> Option<&mut RequestContext> {
+        self.context.as_mut()
     }
 
     /// A handle to report progress to the peer, if the request carried a progress token, passed a

@@ -18,7 +18,7 @@
 //!   LSP's and ACP's clients never do (their ids only grow) and MCP forbids.
 
 use std::{
-    collections::{HashMap, VecDeque},
+    collections::{hash_map::Entry, HashMap, VecDeque},
     fmt,
     sync::{
         atomic::{AtomicBool, AtomicU64, Ordering},
@@ -240,9 +240,11 @@ impl Registry {
     pub(crate) fn register(&self, lifecycle: Arc<Lifecycle>) -> Result<Registration, DuplicateId> {
         let early_reason = {
             let mut tables = self.lock();
-            if tables.in_flight.contains_key(lifecycle.id()) {
-                return Err(DuplicateId(lifecycle.id().clone()));
-            }
+            // One hash of the id, for the check and the insert together.
+            match tables.in_flight.entry(lifecycle.id().clone()) {
+                Entry::Occupied(_) => return Err(DuplicateId(lifecycle.id().clone())),
+                Entry::Vacant(entry) => entry.insert(lifecycle.clone()),
+            };
             // The common case pays for no lookup: the window is empty unless the peer sent early cancels.
             let early_reason = if tables.early.is_empty() {
                 None
@@ -253,9 +255,6 @@ impl Registry {
                 }
                 reason
             };
-            tables
-                .in_flight
-                .insert(lifecycle.id().clone(), lifecycle.clone());
             early_reason.or_else(|| tables.refusing.clone())
         };
         self.inner
@@ -310,9 +309,11 @@ impl Drop for Registration {
             counters.cancelled.fetch_add(1, Ordering::Relaxed);
         }
         let mut tables = self.registry.lock();
-        if let Some(entry) = tables.in_flight.get(self.lifecycle.id()) {
-            if Arc::ptr_eq(entry, &self.lifecycle) {
-                tables.in_flight.remove(self.lifecycle.id());
+        // One hash in the common case: take the entry out, and put it back only if it is another request's.
+        let id = self.lifecycle.id();
+        if let Some(entry) = tables.in_flight.remove(id) {
+            if !Arc::ptr_eq(&entry, &self.lifecycle) {
+                tables.in_flight.insert(id.clone(), entry);
             }
         }
     }

@@ -8,7 +8,6 @@ use std::{
 
 use pin_project_lite::pin_project;
 use tokio::time::Sleep;
-use tokio_util::sync::WaitForCancellationFutureOwned;
 use tower::util::Oneshot;
 use tower_service::Service;
 
@@ -46,8 +45,6 @@ pin_project! {
         Racing {
             #[pin]
             call: Call<S>,
-            #[pin]
-            cancelled: WaitForCancellationFutureOwned,
             #[pin]
             grace: Option<Sleep>,
             lifecycle: Arc<Lifecycle>,
@@ -103,7 +100,6 @@ impl<S: Service<Request>> ResponseFuture<S> {
                     service,
                     request: Some(request),
                 },
-                cancelled: lifecycle.token().clone().cancelled_owned(),
                 grace: None,
                 lifecycle,
                 mode,
@@ -148,7 +144,6 @@ where
             }
             KindProj::Racing {
                 mut call,
-                cancelled,
                 mut grace,
                 lifecycle,
                 mode,
@@ -156,8 +151,7 @@ where
                 registration,
             } => {
                 // Checking the state first avoids polling the token's future again once it has fired.
-                let is_cancelled = lifecycle.is_cancelled() || cancelled.poll(cx).is_ready();
-                if is_cancelled && grace.is_none() {
+                if lifecycle.is_cancelled() && grace.is_none() {
                     match *mode {
                         Mode::Cooperative { grace: period }
                             if matches!(*call, Call::Called { .. }) =>
@@ -179,18 +173,19 @@ where
                         return Poll::Ready(Err(cancelled_error(lifecycle)));
                     }
                 }
-                let output = loop {
-                    match call.as_mut().project() {
-                        CallProj::Waiting { service, request } => {
-                            if let Err(error) = ready!(service.poll_ready(cx)) {
-                                break Err(error);
+                let output = match poll_call(call.as_mut(), cx) {
+                    Poll::Ready(output) => output,
+                    Poll::Pending => {
+                        // The cancel wakes this future through the lifecycle (no token needed). Registering
+                        // only now keeps a handler that answers at once from paying for it; a cancel that came
+                        // between the check above and the registration is caught by the check after it.
+                        if grace.is_none() {
+                            lifecycle.wake_on_cancel(cx.waker());
+                            if lifecycle.is_cancelled() {
+                                cx.waker().wake_by_ref();
                             }
-                            let request = request.take().expect("called once");
-                            let future = service.call(request);
-                            call.set(Call::Called { future });
                         }
-                        CallProj::Called { future } => break ready!(future.poll(cx)),
-                        CallProj::Done => panic!("polled after completion"),
+                        return Poll::Pending;
                     }
                 };
                 let output = output.map_err(Into::into);
@@ -218,6 +213,27 @@ where
                 registration.take();
                 Poll::Ready(result)
             }
+        }
+    }
+}
+
+/// Wait for the inner service's readiness, call it, then drive its future.
+fn poll_call<S: Service<Request>>(
+    mut call: Pin<&mut Call<S>>,
+    cx: &mut Context<'_>,
+) -> Poll<Result<S::Response, S::Error>> {
+    loop {
+        match call.as_mut().project() {
+            CallProj::Waiting { service, request } => {
+                if let Err(error) = ready!(service.poll_ready(cx)) {
+                    return Poll::Ready(Err(error));
+                }
+                let request = request.take().expect("called once");
+                let future = service.call(request);
+                call.set(Call::Called { future });
+            }
+            CallProj::Called { future } => return future.poll(cx),
+            CallProj::Done => panic!("polled after completion"),
         }
     }
 }

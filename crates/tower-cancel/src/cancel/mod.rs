@@ -7,10 +7,10 @@
 //!   while (the request may still be on its way); a malformed cancel is ignored. Cancel notifications never reach
 //!   the inner service.
 //! - It registers every cancellable request in its scope's [`Registry`] (taken from the request's extensions, put
-//!   there by the transport; else the layer's own) and puts a [`RequestContext`] in the
-//!   request's extensions.
-//! - It races the inner future against the request's token. The first of completion and cancel to reach the
-//!   request's lifecycle wins; the other is a no-op. A cancelled request resolves to a [`Cancelled`] error.
+//!   there by the transport; else the layer's own) and gives the request a [`RequestContext`]
+//!   ([`Request::context`](crate::Request::context)).
+//! - It races the inner future against the request's cancellation (its lifecycle, which also fires the token).
+//!   The first of completion and cancel to reach the request's lifecycle wins; the other is a no-op. A cancelled request resolves to a [`Cancelled`] error.
 //!
 //! # Backpressure
 //!
@@ -194,7 +194,7 @@ where
             Lifecycle::uncancellable(id)
         });
         let context = RequestContext::new(lifecycle.clone(), Some(self.progress.clone()));
-        req.extensions_mut().insert(context);
+        req.set_context(context);
         if !cancellable {
             let initializes = (req.method() == "initialize").then_some(registry);
             return ResponseFuture::passthrough(inner.oneshot(req), initializes);

@@ -37,7 +37,7 @@ use std::task::{Context, Poll};
 use tower_service::Service;
 
 pub use self::layer::CascadeLayer;
-use crate::{context::RequestContext, message::Request, peer::Peer};
+use crate::{message::Request, peer::Peer};
 
 /// The service built by [`CascadeLayer`].
 #[derive(Clone, Debug)]
@@ -81,7 +81,7 @@ impl<S: Service<Request>> Service<Request> for Cascade<S> {
             _ => None,
         };
         if let Some(child) = child {
-            if let Some(ctx) = req.extensions_mut().get_mut::<RequestContext>() {
+            if let Some(ctx) = req.context_mut() {
                 ctx.set_peer(child);
             }
         }
