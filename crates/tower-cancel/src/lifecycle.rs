@@ -46,7 +46,8 @@ pub(crate) struct Lifecycle {
     // The cancel layer's response future, woken on the move to `CANCELLED`.
     waker: AtomicWaker,
     // Set by a timeout layer, at most once: the request's deadline.
-    timing: OnceLock<Timing>,
+    // Boxed: most requests have no timeout, and the lifecycle is allocated for every request.
+    timing: OnceLock<Box<Timing>>,
 }
 
 /// A request's deadline. With an idle window, activity (a progress report) pushes the deadline back to `idle`
@@ -116,12 +117,12 @@ impl Lifecycle {
 
     /// Give the request a deadline. Only the first call counts (the outermost timeout layer wins).
     pub(crate) fn set_timing(&self, timing: Timing) -> bool {
-        self.timing.set(timing).is_ok()
+        self.timing.set(Box::new(timing)).is_ok()
     }
 
     /// The request's deadline now, if it has one.
     pub(crate) fn deadline(&self) -> Option<Instant> {
-        self.timing.get().map(Timing::deadline)
+        self.timing.get().map(|timing| timing.deadline())
     }
 
     /// Activity: push back an idle deadline.

@@ -45,8 +45,8 @@ pin_project! {
         Racing {
             #[pin]
             call: Call<S>,
-            #[pin]
-            grace: Option<Sleep>,
+            // Boxed: a timer is large, and only a cooperative cancel ever arms one.
+            grace: Option<Pin<Box<Sleep>>>,
             lifecycle: Arc<Lifecycle>,
             mode: Mode,
             partial_allowed: bool,
@@ -144,7 +144,7 @@ where
             }
             KindProj::Racing {
                 mut call,
-                mut grace,
+                grace,
                 lifecycle,
                 mode,
                 partial_allowed,
@@ -156,7 +156,7 @@ where
                         Mode::Cooperative { grace: period }
                             if matches!(*call, Call::Called { .. }) =>
                         {
-                            grace.set(Some(tokio::time::sleep(period)));
+                            *grace = Some(Box::pin(tokio::time::sleep(period)));
                         }
                         Mode::Abort | Mode::Cooperative { .. } => {
                             // Dropping the inner future stops the handler wherever it was parked.
@@ -166,8 +166,8 @@ where
                         }
                     }
                 }
-                if let Some(sleep) = grace.as_mut().as_pin_mut() {
-                    if sleep.poll(cx).is_ready() {
+                if let Some(sleep) = grace.as_mut() {
+                    if sleep.as_mut().poll(cx).is_ready() {
                         call.set(Call::Done);
                         registration.take();
                         return Poll::Ready(Err(cancelled_error(lifecycle)));

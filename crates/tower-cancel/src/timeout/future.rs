@@ -16,8 +16,8 @@ pin_project! {
     pub struct ResponseFuture<F> {
         #[pin]
         inner: F,
-        #[pin]
-        sleep: Option<Sleep>,
+        // Boxed: a timer is large (over 100 bytes), and a request without a timeout should not carry room for one.
+        sleep: Option<Pin<Box<Sleep>>>,
         // The request's lifecycle, when a cancel layer above gave it one: expiry cancels it, so the cancel layer
         // settles the request like any other cancel. Without one, expiry ends this future itself.
         lifecycle: Option<Arc<Lifecycle>>,
@@ -28,7 +28,7 @@ impl<F> ResponseFuture<F> {
     pub(crate) fn new(inner: F, sleep: Option<Sleep>, lifecycle: Option<Arc<Lifecycle>>) -> Self {
         Self {
             inner,
-            sleep,
+            sleep: sleep.map(Box::pin),
             lifecycle,
         }
     }
@@ -50,11 +50,11 @@ where
     type Output = Result<T, BoxError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let mut this = self.project();
+        let this = self.project();
         if let Poll::Ready(output) = this.inner.poll(cx) {
             return Poll::Ready(output.map_err(Into::into));
         }
-        while let Some(mut sleep) = this.sleep.as_mut().as_pin_mut() {
+        while let Some(sleep) = this.sleep.as_mut() {
             if sleep.as_mut().poll(cx).is_pending() {
                 break;
             }
@@ -63,14 +63,14 @@ where
             };
             // Progress may have pushed the deadline back since the timer was set: sleep on.
             match lifecycle.deadline() {
-                Some(deadline) if deadline > sleep.deadline() => sleep.reset(deadline),
+                Some(deadline) if deadline > sleep.deadline() => sleep.as_mut().reset(deadline),
                 _ => {
                     tracing::debug!(id = %lifecycle.id(), "request timed out");
                     lifecycle.cancel(CancelReason::Timeout);
                     // The cancel layer above settles the request: it drops this future (abort), or lets the
                     // handler wind down within its grace period (cooperative), so the inner future is still
                     // polled until then.
-                    this.sleep.set(None);
+                    *this.sleep = None;
                 }
             }
         }
