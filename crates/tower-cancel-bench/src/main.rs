@@ -45,7 +45,7 @@ const FULL: Sizes = Sizes {
     e2e_rounds: 3,
     windows: &[1, 64, 1024],
     in_flight: &[1, 1_000, 10_000, 100_000],
-    cancel_samples: 300,
+    cancel_samples: 1_000,
     scale_held: &[1_000, 1_000_000],
     scale_samples: 1_000,
     mixed_requests: 100_000,

@@ -1,5 +1,7 @@
 //! tower-cancel's own targets: the bare driver (no cancel layers) and the full stack, for LSP and MCP.
 
+use std::future::Future;
+
 use serde_json::{json, Value};
 use tower::{service_fn, Layer};
 use tower_cancel::{BoxError, CancelStack, Request, Response};
@@ -38,36 +40,55 @@ pub const MCP_STACK: Target = Target {
     serve: serve_mcp_stack,
 };
 
-/// The workload's handler, as a user of tower-cancel writes it: a plain service, no cancellation code.
-pub async fn handle(req: Request) -> Result<Value, BoxError> {
-    match req.method() {
+/// What a request asks for, read from it before any waiting.
+enum Job {
+    Answer(Value),
+    Work(WorkParams, Value),
+}
+
+/// The workload's handler, as a user of tower-cancel writes it: a plain service, no cancellation code. It reads
+/// the request first and lets it go, so that the future it returns holds only the work (the peers' handlers, which
+/// get their params already parsed, hold no more).
+pub fn handle(req: Request) -> impl Future<Output = Result<Value, BoxError>> + Send {
+    let job = job(&req);
+    drop(req);
+    async move {
+        match job? {
+            Job::Answer(value) => Ok(value),
+            Job::Work(params, result) => {
+                work(params).await;
+                Ok(result)
+            }
+        }
+    }
+}
+
+fn job(req: &Request) -> Result<Job, BoxError> {
+    #[derive(serde::Deserialize)]
+    struct Call {
+        arguments: WorkParams,
+    }
+    Ok(match req.method() {
         "initialize"
             if req
                 .params()
                 .is_some_and(|p| p.get().contains("protocolVersion")) =>
         {
-            Ok(json!({
+            Job::Answer(json!({
                 "protocolVersion": "2025-06-18",
                 "capabilities": { "tools": {} },
                 "serverInfo": { "name": "tower-cancel-bench", "version": "0" },
             }))
         }
-        "initialize" => Ok(json!({ "capabilities": {} })),
-        "bench/work" => {
-            work(req.params_as::<WorkParams>()?).await;
-            Ok(json!("done"))
-        }
-        "tools/call" => {
-            #[derive(serde::Deserialize)]
-            struct Call {
-                arguments: WorkParams,
-            }
-            work(req.params_as::<Call>()?.arguments).await;
-            Ok(json!({ "content": [{ "type": "text", "text": "done" }] }))
-        }
+        "initialize" => Job::Answer(json!({ "capabilities": {} })),
+        "bench/work" => Job::Work(req.params_as()?, json!("done")),
+        "tools/call" => Job::Work(
+            req.params_as::<Call>()?.arguments,
+            json!({ "content": [{ "type": "text", "text": "done" }] }),
+        ),
         // Notifications (`initialized`): nothing to answer.
-        _ => Ok(Value::Null),
-    }
+        _ => Job::Answer(Value::Null),
+    })
 }
 
 /// The handler made into what the driver serves without a stack: a reply for requests, none for notifications.
