@@ -43,7 +43,7 @@ pub const MCP_STACK: Target = Target {
 /// What a request asks for, read from it before any waiting.
 enum Job {
     Answer(Value),
-    Work(WorkParams, Value),
+    Work(WorkParams, fn() -> Value),
 }
 
 /// The workload's handler, as a user of tower-cancel writes it: a plain service, no cancellation code. It reads
@@ -57,7 +57,8 @@ pub fn handle(req: Request) -> impl Future<Output = Result<Value, BoxError>> + S
             Job::Answer(value) => Ok(value),
             Job::Work(params, result) => {
                 work(params).await;
-                Ok(result)
+                // Made after the wait: a result held while waiting would cost heap for nothing.
+                Ok(result())
             }
         }
     }
@@ -81,10 +82,10 @@ fn job(req: &Request) -> Result<Job, BoxError> {
             }))
         }
         "initialize" => Job::Answer(json!({ "capabilities": {} })),
-        "bench/work" => Job::Work(req.params_as()?, json!("done")),
+        "bench/work" => Job::Work(req.params_as()?, || json!("done")),
         "tools/call" => Job::Work(
             req.params_as::<Call>()?.arguments,
-            json!({ "content": [{ "type": "text", "text": "done" }] }),
+            || json!({ "content": [{ "type": "text", "text": "done" }] }),
         ),
         // Notifications (`initialized`): nothing to answer.
         _ => Job::Answer(Value::Null),
