@@ -262,4 +262,48 @@ mod tests {
         assert_eq!(l.reason(), None);
         assert!(!l.token().is_cancelled());
     }
+
+    #[test]
+    fn the_token_is_made_on_first_use_and_fires_whenever_it_was_made() {
+        let early = Lifecycle::new(1.into());
+        let token = early.token().clone();
+        assert!(!token.is_cancelled());
+        assert!(early.cancel(CancelReason::Timeout));
+        assert!(token.is_cancelled(), "a token made before the cancel fires");
+
+        let late = Lifecycle::new(2.into());
+        assert!(late.token.get().is_none(), "no token until asked for");
+        assert!(late.cancel(CancelReason::Timeout));
+        assert!(
+            late.token().is_cancelled(),
+            "a token made after the cancel is fired"
+        );
+    }
+
+    #[test]
+    fn the_cancel_wakes_the_waiting_future_and_a_completion_does_not() {
+        use std::{
+            sync::{atomic::AtomicUsize, Arc},
+            task::Wake,
+        };
+        struct Count(AtomicUsize);
+        impl Wake for Count {
+            fn wake(self: Arc<Self>) {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let waker = Waker::from(count.clone());
+
+        let completed = Lifecycle::new(1.into());
+        completed.wake_on_cancel(&waker);
+        assert!(completed.complete());
+        assert!(!completed.cancel(CancelReason::Timeout));
+        assert_eq!(count.0.load(Ordering::SeqCst), 0);
+
+        let cancelled = Lifecycle::new(2.into());
+        cancelled.wake_on_cancel(&waker);
+        assert!(cancelled.cancel(CancelReason::Timeout));
+        assert_eq!(count.0.load(Ordering::SeqCst), 1);
+    }
 }

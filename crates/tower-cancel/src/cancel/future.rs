@@ -150,7 +150,7 @@ where
                 partial_allowed,
                 registration,
             } => {
-                // Checking the state first avoids polling the token's future again once it has fired.
+                // A cancel before the first poll stops the handler before it is even called.
                 if lifecycle.is_cancelled() && grace.is_none() {
                     match *mode {
                         Mode::Cooperative { grace: period }

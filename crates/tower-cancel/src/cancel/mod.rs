@@ -10,7 +10,8 @@
 //!   there by the transport; else the layer's own) and gives the request a [`RequestContext`]
 //!   ([`Request::context`](crate::Request::context)).
 //! - It races the inner future against the request's cancellation (its lifecycle, which also fires the token).
-//!   The first of completion and cancel to reach the request's lifecycle wins; the other is a no-op. A cancelled request resolves to a [`Cancelled`] error.
+//!   The first of completion and cancel to reach the request's lifecycle wins; the other is a no-op. A cancelled
+//!   request resolves to a [`Cancelled`] error.
 //!
 //! # Backpressure
 //!

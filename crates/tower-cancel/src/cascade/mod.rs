@@ -2,13 +2,14 @@
 //!
 //! [`CascadeLayer`] goes innermost, just above your service. For a request that came over a connection with a
 //! [`Peer`] (the transport puts it in the request's extensions) and passed a [`CancelLayer`](crate::CancelLayer),
-//! it sets [`RequestContext::peer`](crate::RequestContext::peer): the connection's peer as a child of the request. When the request is
-//! cancelled, from any source (the peer's cancel, a timeout, a disconnect, a shutdown, its own parent), every
-//! outstanding request made through that peer is cancelled and the peer is sent the dialect's cancel for it. In
-//! abort mode this also follows from the handler's future being dropped with its calls; the child handle makes it
-//! hold for calls moved into spawned tasks and for cooperative handlers too.
+//! it sets [`RequestContext::peer`](crate::RequestContext::peer): the connection's peer as a child of the request.
+//! When the request is cancelled, from any source (the peer's cancel, a timeout, a disconnect, a shutdown, its own
+//! parent), every outstanding request made through that peer is cancelled and the peer is sent the dialect's cancel
+//! for it. In abort mode this also follows from the handler's future being dropped with its calls; the child handle
+//! makes it hold for calls moved into spawned tasks and for cooperative handlers too.
 //!
-//! In-process sub-operations take a child token with [`RequestContext::child_token`](crate::RequestContext::child_token).
+//! In-process sub-operations take a child token with
+//! [`RequestContext::child_token`](crate::RequestContext::child_token).
 //!
 //! # Example
 //!
