@@ -207,13 +207,13 @@ impl Client {
         let _ = self.writer.shutdown().await;
         drop(self.writer);
         drop(self.reader);
-        tokio::time::timeout(patience, &mut self.server)
+        let returned = tokio::time::timeout(patience, &mut self.server)
             .await
-            .is_ok()
-            || {
-                self.server.abort();
-                false
-            }
+            .is_ok();
+        if !returned {
+            self.server.abort();
+        }
+        returned
     }
 }
 

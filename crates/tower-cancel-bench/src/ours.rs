@@ -3,7 +3,7 @@
 use std::future::Future;
 
 use serde_json::{json, Value};
-use tower::{service_fn, Layer};
+use tower::{service_fn, Layer, Service};
 use tower_cancel::{BoxError, CancelStack, Request, Response};
 use tower_cancel_io::{Framing, Server};
 
@@ -100,29 +100,35 @@ pub async fn handle_bare(req: Request) -> Result<Option<Response>, BoxError> {
 }
 
 fn serve_lsp_bare(reader: BoxRead, writer: BoxWrite) -> ServeFuture {
-    let server = Server::new(service_fn(handle_bare));
-    Box::pin(async move {
-        let _ = server.serve(reader, writer, Framing::ContentLength).await;
-    })
+    serve(
+        service_fn(handle_bare),
+        reader,
+        writer,
+        Framing::ContentLength,
+    )
 }
 
 fn serve_lsp_stack(reader: BoxRead, writer: BoxWrite) -> ServeFuture {
-    let server = Server::new(CancelStack::lsp().layer(service_fn(handle)));
-    Box::pin(async move {
-        let _ = server.serve(reader, writer, Framing::ContentLength).await;
-    })
+    let service = CancelStack::lsp().layer(service_fn(handle));
+    serve(service, reader, writer, Framing::ContentLength)
 }
 
 fn serve_mcp_bare(reader: BoxRead, writer: BoxWrite) -> ServeFuture {
-    let server = Server::new(service_fn(handle_bare));
-    Box::pin(async move {
-        let _ = server.serve(reader, writer, Framing::Ndjson).await;
-    })
+    serve(service_fn(handle_bare), reader, writer, Framing::Ndjson)
 }
 
 fn serve_mcp_stack(reader: BoxRead, writer: BoxWrite) -> ServeFuture {
-    let server = Server::new(CancelStack::mcp().layer(service_fn(handle)));
+    let service = CancelStack::mcp().layer(service_fn(handle));
+    serve(service, reader, writer, Framing::Ndjson)
+}
+
+fn serve<S>(service: S, reader: BoxRead, writer: BoxWrite, framing: Framing) -> ServeFuture
+where
+    S: Service<Request, Response = Option<Response>> + Send + 'static,
+    S::Error: Into<BoxError>,
+    S::Future: Send + 'static,
+{
     Box::pin(async move {
-        let _ = server.serve(reader, writer, Framing::Ndjson).await;
+        let _ = Server::new(service).serve(reader, writer, framing).await;
     })
 }

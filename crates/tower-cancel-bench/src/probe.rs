@@ -6,7 +6,7 @@
 use std::{
     collections::HashMap,
     sync::{Mutex, OnceLock},
-    time::Instant,
+    time::{Duration, Instant},
 };
 
 /// Held by a handler while it works on request `tag`. Dropped before [`Work::done`], it records that the handler
@@ -48,6 +48,21 @@ pub fn take_stop(tag: u64) -> Option<Instant> {
     stops().lock().unwrap().remove(&tag)
 }
 
+/// Wait up to `patience` for the handler of `tag` to stop; when it did. It yields between looks, so the server's
+/// tasks run meanwhile, even on a single-threaded runtime.
+pub async fn wait_for_stop(tag: u64, patience: Duration) -> Option<Instant> {
+    let deadline = Instant::now() + patience;
+    loop {
+        if let Some(stopped) = take_stop(tag) {
+            return Some(stopped);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        tokio::task::yield_now().await;
+    }
+}
+
 /// Forget every stop recorded (between runs).
 pub fn clear() {
     stops().lock().unwrap().clear();
@@ -67,7 +82,7 @@ pub struct WorkParams {
 pub async fn work(params: WorkParams) {
     let guard = Work::start(params.tag);
     if params.ms > 0 {
-        tokio::time::sleep(std::time::Duration::from_millis(params.ms)).await;
+        tokio::time::sleep(Duration::from_millis(params.ms)).await;
     }
     guard.done();
 }

@@ -128,7 +128,7 @@ pub async fn cancel_latency(
                 .ok()
                 .transpose()?
                 .map(|_| start.elapsed()),
-            Protocol::Mcp => wait_for_stop(id)
+            Protocol::Mcp => probe::wait_for_stop(id, CANCEL_PATIENCE)
                 .await
                 .map(|stopped| stopped.saturating_duration_since(start)),
         };
@@ -143,17 +143,4 @@ pub async fn cancel_latency(
     }
     latencies.closed_cleanly = client.close(Duration::from_secs(10)).await;
     Ok(latencies)
-}
-
-async fn wait_for_stop(tag: u64) -> Option<Instant> {
-    let deadline = Instant::now() + CANCEL_PATIENCE;
-    loop {
-        if let Some(stopped) = probe::take_stop(tag) {
-            return Some(stopped);
-        }
-        if Instant::now() > deadline {
-            return None;
-        }
-        tokio::task::yield_now().await;
-    }
 }

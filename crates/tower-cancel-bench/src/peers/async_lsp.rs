@@ -102,96 +102,13 @@ pub fn serve(reader: BoxRead, writer: BoxWrite) -> ServeFuture {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
-    use serde_json::{json, Value};
-    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
-
-    use super::*;
-
-    async fn write_frame(w: &mut (impl AsyncWrite + Unpin), msg: Value) {
-        let body = msg.to_string();
-        let frame = format!("Content-Length: {}\r\n\r\n{body}", body.len());
-        w.write_all(frame.as_bytes()).await.unwrap();
-    }
-
-    async fn read_frame(r: &mut (impl tokio::io::AsyncBufRead + Unpin)) -> Value {
-        let mut len = None;
-        loop {
-            let mut line = String::new();
-            assert!(r.read_line(&mut line).await.unwrap() > 0, "EOF in headers");
-            if line == "\r\n" {
-                break;
-            }
-            if let Some(v) = line.strip_prefix("Content-Length: ") {
-                len = Some(v.trim().parse::<usize>().unwrap());
-            }
-        }
-        let mut body = vec![0; len.unwrap()];
-        r.read_exact(&mut body).await.unwrap();
-        serde_json::from_slice(&body).unwrap()
-    }
+    use serde_json::json;
 
     #[tokio::test]
     async fn serves_work_cancel_and_eof() {
-        // Tag 8, not 7: the tower-lsp peer's test uses 7 in the same process, and the probe's records are global.
-        const TAG: u64 = 8;
-        let (client, server) = tokio::io::duplex(1 << 16);
-        let (sr, sw) = tokio::io::split(server);
-        let served = tokio::spawn(serve(Box::pin(sr), Box::pin(sw)));
-        let (cr, mut cw) = tokio::io::split(client);
-        let mut cr = BufReader::new(cr);
-
-        let init = json!({"processId": null, "rootUri": null, "capabilities": {}});
-        write_frame(
-            &mut cw,
-            json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": init}),
-        )
-        .await;
-        let reply = read_frame(&mut cr).await;
-        assert_eq!(reply["id"], 0);
-        assert!(reply["result"]["capabilities"].is_object(), "{reply}");
-        write_frame(
-            &mut cw,
-            json!({"jsonrpc": "2.0", "method": "initialized", "params": {}}),
-        )
-        .await;
-
-        let work = json!({"jsonrpc": "2.0", "id": 1, "method": "bench/work", "params": {"ms": 0, "tag": 1}});
-        write_frame(&mut cw, work).await;
-        assert_eq!(
-            read_frame(&mut cr).await,
-            json!({"jsonrpc": "2.0", "id": 1, "result": "done"})
-        );
-
-        let work = json!({"jsonrpc": "2.0", "id": 2, "method": "bench/work", "params": {"ms": 3_600_000, "tag": TAG}});
-        write_frame(&mut cw, work).await;
-        write_frame(
-            &mut cw,
-            json!({"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": 2}}),
-        )
-        .await;
-        let reply = read_frame(&mut cr).await;
+        // Each peer's test has its own tag: the probe's records are global to the test process.
         let error =
             json!({"code": -32800, "message": "Client cancelled the request", "data": null});
-        assert_eq!(reply, json!({"jsonrpc": "2.0", "id": 2, "error": error}));
-        let mut stopped = crate::probe::take_stop(TAG);
-        for _ in 0..100 {
-            if stopped.is_some() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-            stopped = crate::probe::take_stop(TAG);
-        }
-        assert!(stopped.is_some(), "the cancelled handler was not dropped");
-
-        // Closing with a request still in flight: `serve` must not wait for it.
-        let work = json!({"jsonrpc": "2.0", "id": 3, "method": "bench/work", "params": {"ms": 3_600_000, "tag": 80}});
-        write_frame(&mut cw, work).await;
-        cw.shutdown().await.unwrap();
-        tokio::time::timeout(Duration::from_secs(5), served)
-            .await
-            .unwrap()
-            .unwrap();
+        super::super::lsp_check::serves_work_cancel_and_eof(super::serve, 8, error).await;
     }
 }

@@ -1,6 +1,8 @@
 //! The peers compared with, each serving the workload of [`crate::target`] with its own cancellation.
 
 pub mod async_lsp;
+#[cfg(test)]
+mod lsp_check;
 pub mod rmcp;
 pub mod tower_lsp;
 

@@ -110,7 +110,7 @@ mod tests {
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
     use super::*;
-    use crate::probe::take_stop;
+    use crate::probe::wait_for_stop;
 
     /// Writes one newline-delimited JSON frame.
     async fn send(to: &mut (impl AsyncWriteExt + Unpin), frame: serde_json::Value) {
@@ -167,14 +167,9 @@ mod tests {
             "params": {"requestId": 2, "reason": "bench"}}),
         )
         .await;
-        let stopped = tokio::time::timeout(Duration::from_secs(1), async {
-            while take_stop(9).is_none() {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        })
-        .await;
+        let stopped = wait_for_stop(9, Duration::from_secs(1)).await;
         assert!(
-            stopped.is_ok(),
+            stopped.is_some(),
             "the handler of tag 9 did not stop on cancel"
         );
         // rmcp drops the cancelled handler's answer: nothing at all comes back for id 2.
