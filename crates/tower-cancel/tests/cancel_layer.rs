@@ -64,7 +64,7 @@ async fn a_completion_is_the_one_outcome_and_the_entry_is_removed() {
         .expect("the request reached the service");
     let ctx = request
         .context()
-        .expect("a context in the extensions")
+        .expect("the request has a context")
         .clone();
     assert_eq!(ctx.id(), &2.into());
     send.send_response(json!("done"));
@@ -76,6 +76,41 @@ async fn a_completion_is_the_one_outcome_and_the_entry_is_removed() {
     assert!(!ctx.is_cancelled());
     assert!(registry.is_empty());
     assert_eq!(registry.stats().completed, 1);
+}
+
+#[tokio::test]
+async fn the_token_reports_cancellation_and_cancelling_it_does_not_cancel_the_request() {
+    let (mut service, mut handle) = mock::spawn_layer::<Request, Value, _>(CancelLayer::new(Lsp));
+    let registry = Registry::new();
+    assert_ready_ok!(service.poll_ready());
+    let mut response = task::spawn(service.call(in_scope(&registry, Request::new(3, "work", ()))));
+    assert_pending!(response.poll());
+    let (request, send) = handle.next_request().await.expect("reached the service");
+    let ctx = request
+        .context()
+        .expect("the request has a context")
+        .clone();
+
+    // A sub-task holding the token must not settle the request by cancelling it: only ctx.cancel does.
+    ctx.token().cancel();
+    assert!(!response.is_woken());
+    assert_pending!(response.poll());
+    assert!(!ctx.is_cancelled());
+    send.send_response(json!("done"));
+    assert_eq!(assert_ready_ok!(response.poll()), json!("done"));
+    assert!(registry.is_empty());
+
+    // A real cancel fires a token handed out while the request was running.
+    assert_ready_ok!(service.poll_ready());
+    let mut second = task::spawn(service.call(in_scope(&registry, Request::new(4, "work", ()))));
+    assert_pending!(second.poll());
+    let (request, _send) = handle.next_request().await.expect("reached the service");
+    let token = request.context().expect("a context").child_token();
+    assert_ready_ok!(task::spawn(service.call(cancel(&registry, 4))).poll());
+    assert!(second.is_woken(), "the cancel wakes the response future");
+    assert_ready_err!(second.poll());
+    assert!(token.is_cancelled());
+    assert!(registry.is_empty());
 }
 
 #[tokio::test]
