@@ -58,6 +58,7 @@ mod context;
 pub mod dialect;
 pub mod error_map;
 mod lifecycle;
+mod loom;
 pub mod message;
 pub mod outbox;
 pub mod peer;

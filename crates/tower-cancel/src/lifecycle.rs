@@ -9,20 +9,21 @@
 //! move to `CANCELLED`, and the reason is written before that move, so whoever sees `CANCELLED` also sees a reason.
 
 use std::{
-    sync::{
-        atomic::{fence, AtomicU8, Ordering},
-        Mutex, OnceLock,
-    },
+    sync::{atomic::Ordering, Mutex},
     task::Waker,
     time::Duration,
 };
 
-use futures_util::task::AtomicWaker;
-
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::{context::CancelReason, message::Id};
+// The state machine's own synchronisation: loom's types in the model-checking build (`src/loom/`). The deadline's
+// mutex stays std's: it is taken alone, never while the state is read, so it has no interleaving to explore.
+use crate::{
+    context::CancelReason,
+    loom::{fence, AtomicU8, AtomicWaker, OnceLock},
+    message::Id,
+};
 
 const RUNNING: u8 = 0;
 const COMPLETED: u8 = 1;
@@ -155,14 +156,20 @@ impl Lifecycle {
     }
 
     /// Settle as cancelled. Returns `false` if the request was already settled (completed, or cancelled by an
-    /// earlier source): the caller's cancel is then a no-op.
+    /// earlier source) or another source's cancel is settling it now: the caller's cancel is then a no-op.
     pub(crate) fn cancel(&self, reason: CancelReason) -> bool {
         if self.state.load(Ordering::Acquire) != RUNNING {
             return false;
         }
-        // Written before the swap: the first cancel to get here names the reason. A cancel that loses the race
-        // to a completion leaves a reason nobody reads, because `reason()` only answers in `CANCELLED`.
-        let _ = self.reason.set(reason);
+        // The reason is written before the swap, and only the cancel that writes it may make the swap: with two
+        // cancels racing, the one whose reason is kept is the one that wins (or neither, if a completion is first).
+        // Before, each wrote its reason and then swapped, so one could win with the other's reason: its caller
+        // was told it cancelled the request while the reply named another source (found by the loom model).
+        // A cancel that loses the race to a completion leaves a reason nobody reads: `reason()` only answers in
+        // `CANCELLED`.
+        if self.reason.set(reason).is_err() {
+            return false;
+        }
         let won = self
             .state
             .compare_exchange(RUNNING, CANCELLED, Ordering::AcqRel, Ordering::Acquire)

@@ -22,11 +22,18 @@ use std::{
     fmt,
     sync::{
         atomic::{AtomicBool, AtomicU64, Ordering},
-        Arc, Mutex, MutexGuard,
+        Arc,
     },
 };
 
-use crate::{context::CancelReason, lifecycle::Lifecycle, message::Id};
+// The tables' lock is loom's in the model-checking build (`src/loom/`); the counters and session flags are
+// independent and read for reporting only, so they stay std's.
+use crate::{
+    context::CancelReason,
+    lifecycle::Lifecycle,
+    loom::{Mutex, MutexGuard},
+    message::Id,
+};
 
 /// How many early cancels a registry remembers by default.
 pub const DEFAULT_EARLY_CANCEL_CAPACITY: usize = 1024;
