@@ -140,9 +140,13 @@ fn call(service: &mut Layered) -> impl Future<Output = Result<Value, BoxError>> 
     service.call(Request::new(ID, "textDocument/hover", json!({})))
 }
 
-fn peer_cancel(registry: &Registry) -> (CancelReason, CancelOutcome) {
-    let reason = CancelReason::peer(None);
-    (reason.clone(), registry.cancel(&Id::from(ID), reason))
+/// A peer's cancel of the request, delivered as the driver delivers it: through the registry.
+fn spawn_peer_cancel(registry: &Registry) -> thread::JoinHandle<(CancelReason, CancelOutcome)> {
+    let registry = registry.clone();
+    thread::spawn(move || {
+        let reason = CancelReason::peer(None);
+        (reason.clone(), registry.cancel(&Id::from(ID), reason))
+    })
 }
 
 /// The reason a request ended cancelled with, or `None` if its handler's answer was the outcome.
@@ -215,10 +219,7 @@ fn loom_completion_against_a_peer_cancel() {
     explore("completion against a peer cancel", || {
         let seen = Arc::new(Seen::default());
         let (mut service, registry) = layered(Handler::Answers, &seen);
-        let peer = thread::spawn({
-            let registry = registry.clone();
-            move || peer_cancel(&registry)
-        });
+        let peer = spawn_peer_cancel(&registry);
         let result = loom::future::block_on(call(&mut service));
         let (reason, outcome) = peer.join().unwrap();
         let ended = cancelled_reason(&result);
@@ -242,10 +243,7 @@ fn loom_completion_against_a_timeout_and_a_peer_cancel() {
     explore("completion against a timeout and a peer cancel", || {
         let seen = Arc::new(Seen::default());
         let (mut service, registry) = layered(Handler::Answers, &seen);
-        let peer = thread::spawn({
-            let registry = registry.clone();
-            move || peer_cancel(&registry)
-        });
+        let peer = spawn_peer_cancel(&registry);
         // The timeout layer holds the request's context from the moment the request reaches it and, on expiry,
         // cancels the lifecycle with reason Timeout. A timer that fires before then has nothing to cancel.
         let timeout = thread::spawn({
@@ -283,10 +281,7 @@ fn loom_completion_against_a_closed_connection_and_a_peer_cancel() {
         || {
             let seen = Arc::new(Seen::default());
             let (mut service, registry) = layered(Handler::Answers, &seen);
-            let peer = thread::spawn({
-                let registry = registry.clone();
-                move || peer_cancel(&registry)
-            });
+            let peer = spawn_peer_cancel(&registry);
             let close = thread::spawn({
                 let registry = registry.clone();
                 move || {
@@ -315,10 +310,7 @@ fn loom_a_hanging_handler_is_stopped_by_a_peer_cancel() {
     explore("a hanging handler stopped by a peer cancel", || {
         let seen = Arc::new(Seen::default());
         let (mut service, registry) = layered(Handler::Hangs, &seen);
-        let peer = thread::spawn({
-            let registry = registry.clone();
-            move || peer_cancel(&registry)
-        });
+        let peer = spawn_peer_cancel(&registry);
         let result = loom::future::block_on(call(&mut service));
         let (reason, outcome) = peer.join().unwrap();
         let ended = cancelled_reason(&result);
@@ -343,10 +335,7 @@ fn loom_a_dropped_response_future_against_a_peer_cancel() {
     explore("a dropped response future against a peer cancel", || {
         let seen = Arc::new(Seen::default());
         let (mut service, registry) = layered(Handler::Hangs, &seen);
-        let peer = thread::spawn({
-            let registry = registry.clone();
-            move || peer_cancel(&registry)
-        });
+        let peer = spawn_peer_cancel(&registry);
         {
             let mut future = pin!(call(&mut service));
             let polled = future
