@@ -15,6 +15,10 @@ const MAX_HEADER_SIZE: usize = 8 * 1024;
 /// Decoding yields each frame's payload, or a [`FrameError`] for a frame that was skipped: too large (its body is
 /// discarded as it streams in, never buffered), or a header block that cannot be read. An optional
 /// `Content-Type` header is accepted and ignored, as are unknown headers.
+///
+/// After a header block that cannot be read, reading resumes at the next `Content-Length` inside it, if any: bytes
+/// before a header (the rest of a body whose length was announced too small, garbage between frames) cost one
+/// error, not every frame that follows.
 #[derive(Clone, Debug)]
 pub struct ContentLengthCodec {
     max_frame_size: usize,
@@ -103,10 +107,11 @@ impl Decoder for ContentLengthCodec {
                         self.searched = src.len();
                         return Ok(None);
                     };
-                    let head = src.split_to(at + 4);
+                    let parsed = Self::parse_head(&src[..at]);
                     self.searched = 0;
-                    match Self::parse_head(&head[..at]) {
+                    match parsed {
                         Ok(len) if len > self.max_frame_size => {
+                            src.advance(at + 4);
                             self.state = State::Skip(len);
                             return Ok(Some(Err(FrameError::TooLarge {
                                 len: Some(len),
@@ -114,10 +119,21 @@ impl Decoder for ContentLengthCodec {
                             })));
                         }
                         Ok(len) => {
+                            src.advance(at + 4);
                             self.state = State::Body(len);
                             src.reserve(len.saturating_sub(src.len()));
                         }
-                        Err(error) => return Ok(Some(Err(error))),
+                        Err(error) => {
+                            // Garbage before a header (the rest of a body whose Content-Length was too small,
+                            // bytes between frames) is read as the start of the next header block. Dropping the
+                            // whole block would lose that frame, and its body would become the garbage before the
+                            // next one, and so on: the stream would never resynchronise. Reading resumes at the
+                            // next `Content-Length` inside the block instead (as tower-lsp does), so the error is
+                            // reported once and the frame is read; each resumption drops at least one byte.
+                            let resume = find_content_length(&src[1..at]).map_or(at + 4, |p| p + 1);
+                            src.advance(resume);
+                            return Ok(Some(Err(error)));
+                        }
                     }
                 }
                 State::Body(len) => {
@@ -150,6 +166,14 @@ impl Decoder for ContentLengthCodec {
         self.searched = 0;
         Ok(partial.then_some(Err(FrameError::Truncated)))
     }
+}
+
+/// Where the first `Content-Length` (in any case) starts in `bytes`.
+fn find_content_length(bytes: &[u8]) -> Option<usize> {
+    const NAME: &[u8] = b"content-length";
+    bytes
+        .windows(NAME.len())
+        .position(|w| w.eq_ignore_ascii_case(NAME))
 }
 
 impl Encoder<&[u8]> for ContentLengthCodec {
@@ -248,6 +272,29 @@ mod tests {
         assert!(matches!(out[0], Err(FrameError::InvalidHeader(_))));
         assert!(matches!(out[1], Err(FrameError::InvalidHeader(_))));
         assert_eq!(out[2], Ok(b"{}".to_vec()));
+    }
+
+    #[test]
+    fn garbage_before_a_header_is_reported_once_and_the_frame_is_read() {
+        let bytes = b"Content-Length: 2\r\n\r\n{}}junkContent-Length: 2\r\n\r\n[]xy\r\ncontent-length: 1\r\n\r\n1";
+        let out = decode_all(&mut ContentLengthCodec::new(), bytes);
+        assert_eq!(out.len(), 5, "{out:?}");
+        assert_eq!(out[0], Ok(b"{}".to_vec()));
+        assert!(matches!(out[1], Err(FrameError::InvalidHeader(_))));
+        assert_eq!(out[2], Ok(b"[]".to_vec()));
+        assert!(matches!(out[3], Err(FrameError::InvalidHeader(_))));
+        assert_eq!(out[4], Ok(b"1".to_vec()));
+        // The same, whichever way the bytes arrive.
+        let mut codec = ContentLengthCodec::new();
+        let mut buf = BytesMut::new();
+        let mut byte_by_byte = Vec::new();
+        for b in bytes {
+            buf.put_u8(*b);
+            while let Some(item) = codec.decode(&mut buf).unwrap() {
+                byte_by_byte.push(item.map(|b| b.to_vec()));
+            }
+        }
+        assert_eq!(byte_by_byte, out);
     }
 
     #[test]

@@ -47,8 +47,9 @@ pub type ResponseHandler = Box<dyn FnMut(Response) + Send>;
 ///
 /// - Messages are read as they arrive and the service is called for each without waiting for earlier requests:
 ///   replies go out in the order they complete.
-/// - Bytes that are not JSON get -32700, JSON that is not a valid message -32600, a frame over the size limit
-///   -32600, a request whose id is already in flight -32600. The connection stays up for the other requests.
+/// - Bytes that are not JSON get -32700 (so do an unreadable `Content-Length` header and a frame cut off by the
+///   end of the stream), JSON that is not a valid message -32600, a frame over the size limit -32600, a request
+///   whose id is already in flight -32600. The connection stays up for the other requests.
 /// - Every request carries the connection's [`Registry`] in its extensions: the connection is the scope of its
 ///   cancels.
 /// - Replies from the peer (to requests this side sent) never reach the service; they go to the
@@ -321,8 +322,13 @@ where
                 }
                 Some(Ok(Err(frame_error))) => {
                     tracing::debug!(%frame_error, "bad frame");
+                    // A header that cannot be read and a frame cut off by the end of the stream are bytes
+                    // that cannot be parsed (-32700, as an NDJSON line cut off is); a frame over the limit may
+                    // be fine JSON that is not accepted as a request (-32600).
                     let error = match frame_error {
-                        FrameError::InvalidHeader(_) => ErrorObject::parse_error(&frame_error),
+                        FrameError::InvalidHeader(_) | FrameError::Truncated => {
+                            ErrorObject::parse_error(&frame_error)
+                        }
                         _ => ErrorObject::invalid_request(&frame_error),
                     };
                     conn.send(&Response::error(None, error));

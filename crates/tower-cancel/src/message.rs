@@ -419,6 +419,10 @@ impl Message {
     /// Batches (JSON arrays) are not supported and get -32600.
     pub fn from_slice(bytes: &[u8]) -> Result<Message, InvalidMessage> {
         let wire: WireMessage<'_> = match serde_json::from_slice(bytes) {
+            // serde's derived `Deserialize` reads a struct from a JSON array too, member by member in declaration
+            // order: without this check `["2.0",5,"m"]` would be served as request 5, and `["2.0",5,null,null,1]`
+            // taken for the reply to this side's call 5.
+            Ok(_) if is_array(bytes) => return Err(Self::batch()),
             Ok(wire) => wire,
             Err(error) => return Err(Self::classify(bytes, error)),
         };
@@ -458,22 +462,29 @@ impl Message {
     }
 
     fn classify(bytes: &[u8], error: serde_json::Error) -> InvalidMessage {
-        if serde_json::from_slice::<de::IgnoredAny>(bytes).is_err() {
-            return InvalidMessage {
-                id: None,
-                error: ErrorObject::parse_error(error),
-            };
-        }
-        let detail = if bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
-            "batches are not supported".to_owned()
-        } else {
-            error.to_string()
+        // Not JSON: -32700, with the syntax error as the detail (the message's own error may be about a type it
+        // met before the syntax went wrong). Skipping values does not decode strings, so bytes that are not UTF-8
+        // inside one pass that check; they are not JSON text all the same (RFC 8259 §8.1).
+        let error = match serde_json::from_slice::<de::IgnoredAny>(bytes) {
+            Err(syntax) => ErrorObject::parse_error(syntax),
+            Ok(_) if std::str::from_utf8(bytes).is_err() => ErrorObject::parse_error(error),
+            Ok(_) if is_array(bytes) => return Self::batch(),
+            Ok(_) => ErrorObject::invalid_request(error),
         };
+        InvalidMessage { id: None, error }
+    }
+
+    fn batch() -> InvalidMessage {
         InvalidMessage {
             id: None,
-            error: ErrorObject::invalid_request(detail),
+            error: ErrorObject::invalid_request("batches are not supported"),
         }
     }
+}
+
+/// Whether the JSON text in `bytes` is an array (a batch).
+fn is_array(bytes: &[u8]) -> bool {
+    bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[')
 }
 
 #[cfg(test)]
@@ -550,6 +561,26 @@ mod tests {
         let wrong_version =
             Message::from_slice(br#"{"jsonrpc":"1.0","id":3,"method":"m"}"#).unwrap_err();
         assert_eq!(wrong_version.id, Some(Id::Number(3)));
+    }
+
+    #[test]
+    fn arrays_are_batches_never_messages_read_by_position() {
+        for body in [r#"["2.0",5,"m"]"#, r#" ["2.0",5,null,null,1]"#, "[]"] {
+            let err = Message::from_slice(body.as_bytes()).unwrap_err();
+            assert_eq!(err.id, None, "{body}");
+            assert_eq!(
+                err.error,
+                ErrorObject::invalid_request("batches are not supported"),
+                "{body}"
+            );
+        }
+    }
+
+    #[test]
+    fn bytes_that_are_not_utf8_are_a_parse_error_inside_strings_too() {
+        let err = Message::from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"m\xff\"}")
+            .unwrap_err();
+        assert_eq!(err.error.code, code::PARSE_ERROR);
     }
 
     #[test]
