@@ -44,6 +44,8 @@ pub struct Reply {
     pub id: u64,
     /// Whether it is an error reply (a cancelled request's, for instance).
     pub is_error: bool,
+    /// The error's code, for an error reply that has one.
+    pub code: Option<i64>,
 }
 
 /// A client connected to a running target.
@@ -52,7 +54,8 @@ pub struct Client {
     reader: FramedRead<BoxRead, AnyCodec>,
     writer: BoxWrite,
     out: Vec<u8>,
-    server: JoinHandle<()>,
+    // None for a connection to a server that runs elsewhere (see `Client::over`).
+    server: Option<JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for Client {
@@ -77,13 +80,29 @@ impl Client {
             }
         };
         let server = tokio::spawn((target.serve)(server_read, server_write));
-        Ok(Self {
-            protocol: target.protocol,
-            reader: FramedRead::new(client_read, AnyCodec::new(target.protocol)),
-            writer: client_write,
+        let mut client = Self::over(target.protocol, client_read, client_write);
+        client.server = Some(server);
+        Ok(client)
+    }
+
+    /// A client over a connection to a server that runs elsewhere (a socket a listener accepted, for instance).
+    pub fn over(protocol: Protocol, reader: BoxRead, writer: BoxWrite) -> Self {
+        Self {
+            protocol,
+            reader: FramedRead::new(reader, AnyCodec::new(protocol)),
+            writer,
             out: Vec::with_capacity(1 << 20),
-            server,
-        })
+            server: None,
+        }
+    }
+
+    /// A client over a socket (or any stream) already connected to a server that runs elsewhere.
+    pub fn over_stream<T>(protocol: Protocol, stream: T) -> Self
+    where
+        T: tokio::io::AsyncRead + AsyncWrite + Send + 'static,
+    {
+        let (reader, writer) = boxed(stream);
+        Self::over(protocol, reader, writer)
     }
 
     /// `initialize`, its reply, then the `initialized` notification.
@@ -109,7 +128,13 @@ impl Client {
 
     /// Queue a unit of work: request `id` sleeps `ms`, its handler's guard tagged with `id`.
     pub fn queue_work(&mut self, id: u64, ms: u64) {
-        let args = json!({ "ms": ms, "tag": id });
+        self.queue_work_tagged(id, ms, id);
+    }
+
+    /// Queue a unit of work whose handler's guard is tagged with `tag` (a constant tag keeps
+    /// [`probe`](crate::probe)'s record of stopped handlers to one entry, however many are cancelled).
+    pub fn queue_work_tagged(&mut self, id: u64, ms: u64, tag: u64) {
+        let args = json!({ "ms": ms, "tag": tag });
         let message = match self.protocol {
             Protocol::Lsp => {
                 json!({ "jsonrpc": "2.0", "id": id, "method": "bench/work", "params": args })
@@ -150,6 +175,11 @@ impl Client {
                 self.out.push(b'\n');
             }
         }
+    }
+
+    /// Queue bytes as they are, framed or not (the start of a frame, before the connection is dropped).
+    pub fn queue_raw(&mut self, bytes: &[u8]) {
+        self.out.extend_from_slice(bytes);
     }
 
     /// Bytes queued and not yet written.
@@ -202,16 +232,18 @@ impl Client {
         self.wait_for(id).await.map(drop)
     }
 
-    /// Close the connection and wait up to `patience` for the target to return. Whether it did.
+    /// Close the connection and wait up to `patience` for the target to return. Whether it did (always true for a
+    /// server that runs elsewhere: there is nothing to wait for here).
     pub async fn close(mut self, patience: Duration) -> bool {
         let _ = self.writer.shutdown().await;
         drop(self.writer);
         drop(self.reader);
-        let returned = tokio::time::timeout(patience, &mut self.server)
-            .await
-            .is_ok();
+        let Some(mut server) = self.server else {
+            return true;
+        };
+        let returned = tokio::time::timeout(patience, &mut server).await.is_ok();
         if !returned {
-            self.server.abort();
+            server.abort();
         }
         returned
     }
@@ -230,7 +262,12 @@ fn parse(frame: Option<io::Result<Result<BytesMut, FrameError>>>) -> io::Result<
     struct Frame {
         id: Option<Value>,
         method: Option<serde::de::IgnoredAny>,
-        error: Option<serde::de::IgnoredAny>,
+        error: Option<ErrorCode>,
+    }
+    #[derive(Deserialize)]
+    struct ErrorCode {
+        // Any JSON, so that a reply the harness read before still reads.
+        code: Option<Value>,
     }
     let closed = || {
         io::Error::new(
@@ -248,6 +285,7 @@ fn parse(frame: Option<io::Result<Result<BytesMut, FrameError>>>) -> io::Result<
     Ok(id.map(|id| Reply {
         id,
         is_error: frame.error.is_some(),
+        code: frame.error.and_then(|error| error.code?.as_i64()),
     }))
 }
 

@@ -13,5 +13,6 @@ pub mod plot;
 pub mod probe;
 pub mod report;
 pub mod scale;
+pub mod soak;
 pub mod target;
 pub mod workload;
