@@ -133,18 +133,10 @@ fn args() -> Result<Args, String> {
     Ok(args)
 }
 
-/// Heap bytes allocated and not yet freed. Not `memory::in_use`: stats_alloc already counts a realloc's growth in
-/// `bytes_allocated` (and its shrinking in `bytes_deallocated`), so adding `bytes_reallocated` as well counts every
-/// buffer grown by realloc twice, a drift that never comes back when the buffer is freed.
-fn heap_bytes() -> i64 {
-    let stats = memory::ALLOCATOR.stats();
-    stats.bytes_allocated as i64 - stats.bytes_deallocated as i64
-}
-
 /// A line of memory figures.
 fn memory_line(label: &str, sent: u64, snapshot: &Snapshot) -> (u64, i64) {
     let rss = rss_bytes().unwrap_or(0);
-    let heap = heap_bytes();
+    let heap = memory::in_use();
     println!(
         "memory  {label:<10} rss {:7.1} MiB  heap {:7.1} MiB  sent {sent:>9}  connections open {:>3}  in flight {:>5}",
         mib(rss as f64),
