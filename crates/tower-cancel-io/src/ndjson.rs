@@ -60,7 +60,10 @@ impl Decoder for NdjsonCodec {
                     self.searched = 0;
                     return Ok(None);
                 }
-                if src.len() > self.max_frame_size {
+                // A `\r` at the end may be the start of the `\r\n` that ends a line of exactly the limit: it does not
+                // count yet, so such a line is read whether or not its `\n` came in the same read.
+                let line_len = src.len() - usize::from(src.last() == Some(&b'\r'));
+                if line_len > self.max_frame_size {
                     src.clear();
                     self.searched = 0;
                     self.discarding = true;
@@ -104,7 +107,10 @@ impl Decoder for NdjsonCodec {
             src.clear();
             return Ok(None);
         }
-        let line = src.split();
+        let mut line = src.split();
+        if line.last() == Some(&b'\r') {
+            line.truncate(line.len() - 1);
+        }
         Ok(Some(Ok(line)))
     }
 }
@@ -177,6 +183,32 @@ mod tests {
                 Ok(b"{}".to_vec())
             ]
         );
+    }
+
+    #[test]
+    fn a_line_at_the_limit_ending_in_crlf_is_read_however_the_bytes_arrive() {
+        let bytes = b"1234\r\n{}\n5678\r";
+        let expected = vec![
+            Ok(b"1234".to_vec()),
+            Ok(b"{}".to_vec()),
+            Ok(b"5678".to_vec()),
+        ];
+        let mut codec = NdjsonCodec::with_max_frame_size(4);
+        assert_eq!(decode_all(&mut codec, bytes), expected);
+        // Found by fuzzing: the `\r` alone made the line one byte over the limit.
+        let mut codec = NdjsonCodec::with_max_frame_size(4);
+        let mut buf = BytesMut::new();
+        let mut out = Vec::new();
+        for b in bytes {
+            buf.put_u8(*b);
+            while let Some(item) = codec.decode(&mut buf).unwrap() {
+                out.push(item.map(|b| b.to_vec()));
+            }
+        }
+        while let Some(item) = codec.decode_eof(&mut buf).unwrap() {
+            out.push(item.map(|b| b.to_vec()));
+        }
+        assert_eq!(out, expected);
     }
 
     #[test]
