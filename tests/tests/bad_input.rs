@@ -884,6 +884,31 @@ const DIALECTS: [Dialect; 4] = [
 ];
 
 impl Dialect {
+    /// One case per input, framed for `conn`, each getting `replies` before [`NEXT`]'s reply.
+    fn cases(&self, conn: &Conn, inputs: &[impl AsRef<str>], replies: &[String]) -> Vec<Case> {
+        inputs
+            .iter()
+            .map(|input| {
+                let input = input.as_ref();
+                Case::new(
+                    format!("{} {input}", self.name),
+                    conn.frame(input),
+                    replies.to_vec(),
+                )
+            })
+            .collect()
+    }
+
+    /// The request [`with_request_1_in_flight`](Self::with_request_1_in_flight) started has not ended.
+    fn assert_request_1_runs(&self, probe: &Probe) {
+        assert_eq!(
+            probe.ended_of(1),
+            None,
+            "{}: request 1 still runs",
+            self.name
+        );
+    }
+
     /// A connection (initialized, for the ACP draft, whose cancels only count after `initialize`) with request 1
     /// hanging.
     async fn with_request_1_in_flight(&self, probe: &Probe) -> Conn {
@@ -966,23 +991,9 @@ async fn malformed_cancels_are_consumed_in_silence_and_the_request_runs_on() {
         }
         let probe = Probe::new();
         let mut conn = dialect.with_request_1_in_flight(&probe).await;
-        let cases: Vec<Case> = inputs
-            .iter()
-            .map(|input| {
-                Case::new(
-                    format!("{} {input}", dialect.name),
-                    conn.frame(input),
-                    vec![],
-                )
-            })
-            .collect();
+        let cases = dialect.cases(&conn, &inputs, &[]);
         run(&mut conn, &cases).await;
-        assert_eq!(
-            probe.ended_of(1),
-            None,
-            "{}: request 1 still runs",
-            dialect.name
-        );
+        dialect.assert_request_1_runs(&probe);
         assert!(conn.registry().contains(&1.into()));
         assert_eq!(
             probe.notifications(),
@@ -1010,24 +1021,9 @@ async fn another_dialects_cancel_is_a_plain_notification_for_the_service() {
     for dialect in &DIALECTS {
         let probe = Probe::new();
         let mut conn = dialect.with_request_1_in_flight(&probe).await;
-        let cases: Vec<Case> = dialect
-            .foreign
-            .iter()
-            .map(|input| {
-                Case::new(
-                    format!("{} {input}", dialect.name),
-                    conn.frame(input),
-                    vec![],
-                )
-            })
-            .collect();
+        let cases = dialect.cases(&conn, &dialect.foreign, &[]);
         run(&mut conn, &cases).await;
-        assert_eq!(
-            probe.ended_of(1),
-            None,
-            "{}: request 1 still runs",
-            dialect.name
-        );
+        dialect.assert_request_1_runs(&probe);
         let seen: Vec<String> = probe
             .notifications()
             .into_iter()
@@ -1062,12 +1058,7 @@ async fn a_cancel_sent_as_a_request_is_an_ordinary_request_and_cancels_nothing()
         );
         let cases = [Case::new(dialect.name, conn.frame(&request), vec![reply])];
         run(&mut conn, &cases).await;
-        assert_eq!(
-            probe.ended_of(1),
-            None,
-            "{}: request 1 still runs",
-            dialect.name
-        );
+        dialect.assert_request_1_runs(&probe);
         assert_eq!(
             probe.ended_of(9).map(|e| e.end),
             Some(End::Finished),
@@ -1099,23 +1090,13 @@ async fn batches_are_refused_whole_and_the_cancels_inside_cancel_nothing() {
         ];
         let probe = Probe::new();
         let mut conn = dialect.with_request_1_in_flight(&probe).await;
-        let cases: Vec<Case> = batches
-            .iter()
-            .map(|batch| {
-                Case::new(
-                    format!("{} {batch}", dialect.name),
-                    conn.frame(batch),
-                    vec![invalid_request("batches are not supported")],
-                )
-            })
-            .collect();
-        run(&mut conn, &cases).await;
-        assert_eq!(
-            probe.ended_of(1),
-            None,
-            "{}: request 1 still runs",
-            dialect.name
+        let cases = dialect.cases(
+            &conn,
+            &batches,
+            &[invalid_request("batches are not supported")],
         );
+        run(&mut conn, &cases).await;
+        dialect.assert_request_1_runs(&probe);
         assert_eq!(
             probe.ended_of(2),
             None,
