@@ -195,21 +195,7 @@ impl Encoder<&[u8]> for ContentLengthCodec {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn decode_all(
-        codec: &mut ContentLengthCodec,
-        bytes: &[u8],
-    ) -> Vec<Result<Vec<u8>, FrameError>> {
-        let mut buf = BytesMut::from(bytes);
-        let mut out = Vec::new();
-        while let Some(item) = codec.decode(&mut buf).unwrap() {
-            out.push(item.map(|b| b.to_vec()));
-        }
-        if let Some(item) = codec.decode_eof(&mut buf).unwrap() {
-            out.push(item.map(|b| b.to_vec()));
-        }
-        out
-    }
+    use crate::decode_test::{decode_all, decode_byte_by_byte};
 
     #[test]
     fn round_trip() {
@@ -236,17 +222,11 @@ mod tests {
 
     #[test]
     fn byte_by_byte() {
-        let mut codec = ContentLengthCodec::new();
         let bytes = b"Content-Length: 2\r\n\r\n{}Content-Length: 3\r\n\r\n[1]";
-        let mut buf = BytesMut::new();
-        let mut out = Vec::new();
-        for b in bytes {
-            buf.put_u8(*b);
-            while let Some(item) = codec.decode(&mut buf).unwrap() {
-                out.push(item.unwrap().to_vec());
-            }
-        }
-        assert_eq!(out, vec![b"{}".to_vec(), b"[1]".to_vec()]);
+        assert_eq!(
+            decode_byte_by_byte(&mut ContentLengthCodec::new(), bytes),
+            vec![Ok(b"{}".to_vec()), Ok(b"[1]".to_vec())]
+        );
     }
 
     #[test]
@@ -288,16 +268,10 @@ mod tests {
         assert!(matches!(out[3], Err(FrameError::InvalidHeader(_))));
         assert_eq!(out[4], Ok(b"1".to_vec()));
         // The same, whichever way the bytes arrive.
-        let mut codec = ContentLengthCodec::new();
-        let mut buf = BytesMut::new();
-        let mut byte_by_byte = Vec::new();
-        for b in bytes {
-            buf.put_u8(*b);
-            while let Some(item) = codec.decode(&mut buf).unwrap() {
-                byte_by_byte.push(item.map(|b| b.to_vec()));
-            }
-        }
-        assert_eq!(byte_by_byte, out);
+        assert_eq!(
+            decode_byte_by_byte(&mut ContentLengthCodec::new(), bytes),
+            out
+        );
     }
 
     #[test]
@@ -326,19 +300,10 @@ mod tests {
             "{one_piece:?}"
         );
         assert_eq!(one_piece.last(), Some(&Ok(b"[]".to_vec())));
-        let mut codec = ContentLengthCodec::new();
-        let mut buf = BytesMut::new();
-        let mut byte_by_byte = Vec::new();
-        for b in &bytes {
-            buf.put_u8(*b);
-            while let Some(item) = codec.decode(&mut buf).unwrap() {
-                byte_by_byte.push(item.map(|b| b.to_vec()));
-            }
-        }
-        if let Some(item) = codec.decode_eof(&mut buf).unwrap() {
-            byte_by_byte.push(item.map(|b| b.to_vec()));
-        }
-        assert_eq!(one_piece, byte_by_byte);
+        assert_eq!(
+            decode_byte_by_byte(&mut ContentLengthCodec::new(), &bytes),
+            one_piece
+        );
     }
 
     #[test]

@@ -28,6 +28,8 @@
 #![forbid(unsafe_code)]
 
 mod content_length;
+#[cfg(test)]
+mod decode_test;
 mod frame;
 mod ndjson;
 mod server;

@@ -130,18 +130,7 @@ impl Encoder<&[u8]> for NdjsonCodec {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn decode_all(codec: &mut NdjsonCodec, bytes: &[u8]) -> Vec<Result<Vec<u8>, FrameError>> {
-        let mut buf = BytesMut::from(bytes);
-        let mut out = Vec::new();
-        while let Some(item) = codec.decode(&mut buf).unwrap() {
-            out.push(item.map(|b| b.to_vec()));
-        }
-        while let Some(item) = codec.decode_eof(&mut buf).unwrap() {
-            out.push(item.map(|b| b.to_vec()));
-        }
-        out
-    }
+    use crate::decode_test::{decode_all, decode_byte_by_byte};
 
     #[test]
     fn lines_are_frames() {
@@ -197,18 +186,7 @@ mod tests {
         assert_eq!(decode_all(&mut codec, bytes), expected);
         // Found by fuzzing: the `\r` alone made the line one byte over the limit.
         let mut codec = NdjsonCodec::with_max_frame_size(4);
-        let mut buf = BytesMut::new();
-        let mut out = Vec::new();
-        for b in bytes {
-            buf.put_u8(*b);
-            while let Some(item) = codec.decode(&mut buf).unwrap() {
-                out.push(item.map(|b| b.to_vec()));
-            }
-        }
-        while let Some(item) = codec.decode_eof(&mut buf).unwrap() {
-            out.push(item.map(|b| b.to_vec()));
-        }
-        assert_eq!(out, expected);
+        assert_eq!(decode_byte_by_byte(&mut codec, bytes), expected);
     }
 
     #[test]
