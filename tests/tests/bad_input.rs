@@ -31,6 +31,10 @@ const NEXT_REPLY: &str = r#"{"jsonrpc":"2.0","id":"next","result":"still up"}"#;
 /// The default frame size limit, as the replies spell it.
 const LIMIT: usize = 16 * 1024 * 1024;
 
+/// Request 1 cancelled, as LSP and ACP answer it.
+const CANCELLED_1: &str =
+    r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32800,"message":"Request cancelled"}}"#;
+
 /// An error reply with id `null`, exactly as it is written on the wire.
 fn null_id(code: i64, message: &str) -> String {
     let message = serde_json::to_string(message).unwrap();
@@ -82,6 +86,15 @@ impl Case {
             replies,
         }
     }
+
+    /// `body` framed for `framing`, getting the one reply `reply`; named after the framing and `name`.
+    fn framed(framing: Framing, name: impl std::fmt::Display, body: &[u8], reply: String) -> Self {
+        Self::new(
+            format!("{framing:?} {name}"),
+            framed(body, framing),
+            vec![reply],
+        )
+    }
 }
 
 /// Send each case's bytes and then [`NEXT`]; assert the replies in between, then `NEXT`'s reply.
@@ -112,6 +125,22 @@ fn completed(n: u64) -> Counts {
         completed: n,
         ..Counts::default()
     }
+}
+
+/// `n` requests registered and cancelled, nothing else.
+fn cancelled(n: u64) -> Counts {
+    Counts {
+        registered: n,
+        cancelled: n,
+        ..Counts::default()
+    }
+}
+
+/// Send request 1, a `hang` (in flight until it is cancelled), and wait until its handler runs.
+async fn hang_1(conn: &mut Conn, probe: &Probe) {
+    conn.send(r#"{"jsonrpc":"2.0","id":1,"method":"hang"}"#)
+        .await;
+    probe.wait_started(1).await;
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -157,25 +186,18 @@ async fn ids_of_every_type_are_echoed_exactly_or_refused_with_id_null() {
     for framing in FRAMINGS {
         let probe = Probe::new();
         let mut conn = connect(&probe, framing);
+        let request =
+            |id: &str| format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"echo","params":"ok"}}"#);
         let mut cases = Vec::new();
         for (sent, answered) in &accepted {
-            let request =
-                format!(r#"{{"jsonrpc":"2.0","id":{sent},"method":"echo","params":"ok"}}"#);
             let reply = format!(r#"{{"jsonrpc":"2.0","id":{answered},"result":"ok"}}"#);
-            cases.push(Case::new(
-                format!("{framing:?} id {sent:.20}"),
-                framed(request.as_bytes(), framing),
-                vec![reply],
-            ));
+            let name = format!("id {sent:.20}");
+            cases.push(Case::framed(framing, name, request(sent).as_bytes(), reply));
         }
         for sent in refused {
-            let request =
-                format!(r#"{{"jsonrpc":"2.0","id":{sent},"method":"echo","params":"ok"}}"#);
-            cases.push(Case::new(
-                format!("{framing:?} id {sent}"),
-                framed(request.as_bytes(), framing),
-                vec![invalid_request("id must be an integer or a string")],
-            ));
+            let reply = invalid_request("id must be an integer or a string");
+            let name = format!("id {sent}");
+            cases.push(Case::framed(framing, name, request(sent).as_bytes(), reply));
         }
         run(&mut conn, &cases).await;
         let n = (accepted.len() + cases.len()) as u64;
@@ -254,13 +276,7 @@ async fn bytes_that_are_not_utf8_get_parse_error_inside_strings_and_out() {
         let mut conn = connect(&probe, framing);
         let cases: Vec<Case> = table
             .iter()
-            .map(|(name, body, reply)| {
-                Case::new(
-                    format!("{framing:?} {name}"),
-                    framed(body, framing),
-                    vec![reply.clone()],
-                )
-            })
+            .map(|(name, body, reply)| Case::framed(framing, name, body, reply.clone()))
             .collect();
         run(&mut conn, &cases).await;
         // Valid UTF-8 beyond ASCII is echoed byte for byte.
@@ -338,13 +354,7 @@ async fn json_nested_100_000_deep_gets_an_error_reply_not_a_stack_overflow() {
         let mut conn = connect(&probe, framing);
         let cases: Vec<Case> = table
             .iter()
-            .map(|(name, body, reply)| {
-                Case::new(
-                    format!("{framing:?} {name}"),
-                    framed(body.as_bytes(), framing),
-                    vec![reply.clone()],
-                )
-            })
+            .map(|(name, body, reply)| Case::framed(framing, name, body.as_bytes(), reply.clone()))
             .collect();
         run(&mut conn, &cases).await;
         assert_eq!(probe.started(), cases.len(), "only NEXT ran");
@@ -540,9 +550,7 @@ async fn content_length_a_very_long_header_line_is_refused_in_bounded_memory() {
 async fn content_length_larger_than_the_body_waits_then_is_truncated_at_eof() {
     let probe = Probe::new();
     let mut conn = Conn::lsp(&probe);
-    conn.send(r#"{"jsonrpc":"2.0","id":1,"method":"hang"}"#)
-        .await;
-    probe.wait_started(1).await;
+    hang_1(&mut conn, &probe).await;
     // 1000 bytes announced, fewer sent: the server waits for the rest; the next frame becomes part of this body.
     conn.send_raw(format!("Content-Length: 1000\r\n\r\n{BODY}").as_bytes())
         .await;
@@ -558,22 +566,14 @@ async fn content_length_larger_than_the_body_waits_then_is_truncated_at_eof() {
         rest,
         [
             parse_error("stream ended in the middle of a frame"),
-            r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32800,"message":"Request cancelled"}}"#
-                .to_owned()
+            CANCELLED_1.to_owned()
         ]
     );
     assert_eq!(
         probe.ended(),
         [Ended::stopped(1, "hang", Some(CancelReason::Disconnect))]
     );
-    assert_eq!(
-        Counts::of(&registry),
-        Counts {
-            registered: 1,
-            cancelled: 1,
-            ..Counts::default()
-        }
-    );
+    assert_eq!(Counts::of(&registry), cancelled(1));
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -581,10 +581,9 @@ async fn content_length_larger_than_the_body_waits_then_is_truncated_at_eof() {
 // ---------------------------------------------------------------------------------------------------------------
 
 fn limited(probe: &Probe, framing: Framing, limit: usize) -> Conn {
-    let service = ServiceBuilder::new()
-        .layer(CancelStack::lsp())
-        .service(probe.service());
-    Conn::start(Server::new(service).max_frame_size(limit), framing)
+    Conn::serve_configured(CancelStack::lsp(), probe, framing, |server| {
+        server.max_frame_size(limit)
+    })
 }
 
 /// A request of exactly `len` bytes, and its params.
@@ -626,9 +625,7 @@ async fn a_content_length_of_2_pow_63_is_skipped_never_allocated() {
     for announced in ["9223372036854775808", "18446744073709551615"] {
         let probe = Probe::new();
         let mut conn = Conn::lsp(&probe);
-        conn.send(r#"{"jsonrpc":"2.0","id":1,"method":"hang"}"#)
-            .await;
-        probe.wait_started(1).await;
+        hang_1(&mut conn, &probe).await;
         // A buffer of that size cannot be allocated: the server would abort. It refuses the frame by its
         // header, and skips the announced bytes as they arrive, without keeping them.
         conn.send_raw(format!("Content-Length: {announced}\r\n\r\n").as_bytes())
@@ -644,20 +641,10 @@ async fn a_content_length_of_2_pow_63_is_skipped_never_allocated() {
         // The end of the stream inside a skipped frame is not reported again.
         let registry = conn.registry().clone();
         let rest = conn.finish().await;
-        assert_eq!(
-            rest,
-            [r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32800,"message":"Request cancelled"}}"#]
-        );
+        assert_eq!(rest, [CANCELLED_1]);
         assert_eq!(probe.started(), 1, "NEXT was skipped");
         assert_eq!(probe.running(), 0);
-        assert_eq!(
-            Counts::of(&registry),
-            Counts {
-                registered: 1,
-                cancelled: 1,
-                ..Counts::default()
-            }
-        );
+        assert_eq!(Counts::of(&registry), cancelled(1));
     }
 }
 
@@ -665,9 +652,7 @@ async fn a_content_length_of_2_pow_63_is_skipped_never_allocated() {
 async fn ndjson_a_line_that_never_ends_is_refused_once_and_dropped_as_it_streams() {
     let probe = Probe::new();
     let mut conn = limited(&probe, Framing::Ndjson, 100);
-    conn.send(r#"{"jsonrpc":"2.0","id":1,"method":"hang"}"#)
-        .await;
-    probe.wait_started(1).await;
+    hang_1(&mut conn, &probe).await;
     conn.send_raw(br#"{"jsonrpc":"2.0","id":2,"method":"echo","params":""#)
         .await;
     for _ in 0..100 {
@@ -678,22 +663,12 @@ async fn ndjson_a_line_that_never_ends_is_refused_once_and_dropped_as_it_streams
     // The end of the stream inside it: nothing more is said about it, and the request in flight is cancelled.
     let registry = conn.registry().clone();
     let rest = conn.finish().await;
-    assert_eq!(
-        rest,
-        [r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32800,"message":"Request cancelled"}}"#]
-    );
+    assert_eq!(rest, [CANCELLED_1]);
     assert_eq!(
         probe.ended(),
         [Ended::stopped(1, "hang", Some(CancelReason::Disconnect))]
     );
-    assert_eq!(
-        Counts::of(&registry),
-        Counts {
-            registered: 1,
-            cancelled: 1,
-            ..Counts::default()
-        }
-    );
+    assert_eq!(Counts::of(&registry), cancelled(1));
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -703,30 +678,28 @@ async fn ndjson_a_line_that_never_ends_is_refused_once_and_dropped_as_it_streams
 #[tokio::test(start_paused = true)]
 async fn a_frame_cut_off_by_the_end_of_the_stream_ends_the_connection_cleanly() {
     let cut = parse_error("stream ended in the middle of a frame");
-    let lsp_cancelled =
-        r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32800,"message":"Request cancelled"}}"#;
     // (framing, the bytes before the end, what the server still writes). LSP answers the request in flight
     // with -32800; MCP sends nothing for a cancelled request.
     let table: Vec<(Framing, Vec<u8>, Vec<String>)> = vec![
         (
             Framing::ContentLength,
             b"Content-Len".to_vec(),
-            vec![cut.clone(), lsp_cancelled.to_owned()],
+            vec![cut.clone(), CANCELLED_1.to_owned()],
         ),
         (
             Framing::ContentLength,
             b"Content-Length: 57\r\n".to_vec(),
-            vec![cut.clone(), lsp_cancelled.to_owned()],
+            vec![cut.clone(), CANCELLED_1.to_owned()],
         ),
         (
             Framing::ContentLength,
             b"Content-Length: 57\r\n\r\n".to_vec(),
-            vec![cut.clone(), lsp_cancelled.to_owned()],
+            vec![cut.clone(), CANCELLED_1.to_owned()],
         ),
         (
             Framing::ContentLength,
             b"Content-Length: 57\r\n\r\n{\"jsonrpc\":\"2.0\",\"id\":2,".to_vec(),
-            vec![cut.clone(), lsp_cancelled.to_owned()],
+            vec![cut.clone(), CANCELLED_1.to_owned()],
         ),
         (
             // A last line without its newline is still read whole; cut inside the JSON, it is a parse error.
@@ -754,9 +727,7 @@ async fn a_frame_cut_off_by_the_end_of_the_stream_ends_the_connection_cleanly() 
     for (framing, tail, expected) in table {
         let probe = Probe::new();
         let mut conn = connect(&probe, framing);
-        conn.send(r#"{"jsonrpc":"2.0","id":1,"method":"hang"}"#)
-            .await;
-        probe.wait_started(1).await;
+        hang_1(&mut conn, &probe).await;
         conn.send_raw(&tail).await;
         let registry = conn.registry().clone();
         let rest = conn.finish().await;
@@ -803,14 +774,7 @@ async fn a_peer_that_sends_half_a_frame_then_vanishes() {
             ended,
             [1, 2].map(|id| Ended::stopped(id, "hang", Some(CancelReason::Disconnect)))
         );
-        assert_eq!(
-            Counts::of(&registry),
-            Counts {
-                registered: 2,
-                cancelled: 2,
-                ..Counts::default()
-            }
-        );
+        assert_eq!(Counts::of(&registry), cancelled(2));
     }
 }
 
@@ -836,9 +800,7 @@ const DIALECTS: [Dialect; 4] = [
         connect: Conn::lsp,
         method: "$/cancelRequest",
         key: "id",
-        cancelled: Some(
-            r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32800,"message":"Request cancelled"}}"#,
-        ),
+        cancelled: Some(CANCELLED_1),
         foreign: [
             r#"{"jsonrpc":"2.0","method":"$/cancel_request","params":{"requestId":1}}"#,
             r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}"#,
@@ -849,9 +811,7 @@ const DIALECTS: [Dialect; 4] = [
         connect: Conn::acp,
         method: "$/cancel_request",
         key: "requestId",
-        cancelled: Some(
-            r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32800,"message":"Request cancelled"}}"#,
-        ),
+        cancelled: Some(CANCELLED_1),
         foreign: [
             r#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":1}}"#,
             r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}"#,
@@ -917,9 +877,7 @@ impl Dialect {
             .await;
         conn.expect(r#"{"jsonrpc":"2.0","id":0,"result":{"capabilities":{}}}"#)
             .await;
-        conn.send(r#"{"jsonrpc":"2.0","id":1,"method":"hang"}"#)
-            .await;
-        probe.wait_started(1).await;
+        hang_1(&mut conn, probe).await;
         conn
     }
 
@@ -966,7 +924,7 @@ async fn malformed_cancels_are_consumed_in_silence_and_the_request_runs_on() {
     for dialect in &DIALECTS {
         let (method, key) = (dialect.method, dialect.key);
         let cancel = |params: &str| format!(r#"{{"jsonrpc":"2.0","method":"{method}"{params}}}"#);
-        let inputs = [
+        let mut inputs = vec![
             cancel(r#","params":{}"#),
             cancel(&format!(r#","params":{{"{key}":true}}"#)),
             cancel(&format!(r#","params":{{"{key}":null}}"#)),
@@ -984,7 +942,6 @@ async fn malformed_cancels_are_consumed_in_silence_and_the_request_runs_on() {
             cancel(r#","params":null"#),
             cancel(""),
         ];
-        let mut inputs = inputs.to_vec();
         if dialect.name == "mcp" {
             // The reason must be a string: a cancel with another one is malformed as a whole.
             inputs.push(cancel(r#","params":{"requestId":1,"reason":5}"#));
@@ -1118,19 +1075,14 @@ async fn an_array_is_never_read_as_a_request_by_position() {
     for framing in FRAMINGS {
         let probe = Probe::new();
         let mut conn = connect(&probe, framing);
-        let cases: Vec<Case> = [
+        let cases = [
             r#"["2.0",5,"echo","by position"]"#,
             r#"["2.0",6,"$/cancelRequest",{"id":1}]"#,
         ]
-        .iter()
         .map(|input| {
-            Case::new(
-                *input,
-                framed(input.as_bytes(), framing),
-                vec![invalid_request("batches are not supported")],
-            )
-        })
-        .collect();
+            let reply = invalid_request("batches are not supported");
+            Case::framed(framing, input, input.as_bytes(), reply)
+        });
         run(&mut conn, &cases).await;
         assert_eq!(probe.started(), cases.len(), "only NEXT ran");
         assert_eq!(close_quietly(conn, &probe).await, completed(2));
