@@ -80,13 +80,14 @@ impl Client {
             }
         };
         let server = tokio::spawn((target.serve)(server_read, server_write));
-        let mut client = Self::over(target.protocol, client_read, client_write);
-        client.server = Some(server);
-        Ok(client)
+        Ok(Self {
+            server: Some(server),
+            ..Self::over(target.protocol, client_read, client_write)
+        })
     }
 
     /// A client over a connection to a server that runs elsewhere (a socket a listener accepted, for instance).
-    pub fn over(protocol: Protocol, reader: BoxRead, writer: BoxWrite) -> Self {
+    fn over(protocol: Protocol, reader: BoxRead, writer: BoxWrite) -> Self {
         Self {
             protocol,
             reader: FramedRead::new(reader, AnyCodec::new(protocol)),

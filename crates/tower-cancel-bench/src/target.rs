@@ -26,7 +26,7 @@ pub type BoxWrite = Pin<Box<dyn AsyncWrite + Send>>;
 pub type ServeFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// Which workload a target serves.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Protocol {
     /// `bench/work` with `$/cancelRequest`, `Content-Length` framing.
     Lsp,

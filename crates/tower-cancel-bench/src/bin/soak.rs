@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cargo run --release -p tower-cancel-bench --bin soak                                   # 1,000,000 requests
-//! cargo run --release -p tower-cancel-bench --bin soak -- --requests 50000 --max-secs 120  # the CI version
+//! cargo run -p tower-cancel-bench --bin soak -- --requests 200000 --max-secs 180         # the CI version (debug)
 //! ```
 //!
 //! Flags: `--requests N` (default 1,000,000), `--max-secs S` (default 540: the run stops sending at N requests or
@@ -245,7 +245,7 @@ async fn soak(args: Args) -> Vec<String> {
 
     // Memory at the end of the warm-up (the start) and at every tenth of the run, by requests sent or time.
     let mut start_rss = None;
-    let mut marks = Vec::new();
+    let mut last_mark = None;
     let mut next_mark = 1;
     let mut tick = tokio::time::interval(Duration::from_millis(50));
     while drained.load(Ordering::Acquire) < args.connections {
@@ -259,7 +259,7 @@ async fn soak(args: Args) -> Vec<String> {
         }
         while next_mark <= 10 && progress >= next_mark as f64 / 10.0 {
             let label = format!("{}%", next_mark * 10);
-            marks.push(memory_line(&label, sent, &connections.snapshot()).0);
+            last_mark = Some(memory_line(&label, sent, &connections.snapshot()).0);
             next_mark += 1;
         }
     }
@@ -267,7 +267,7 @@ async fn soak(args: Args) -> Vec<String> {
     let sent = shared.sent();
     let start_rss =
         start_rss.unwrap_or_else(|| memory_line("start", sent, &connections.snapshot()).0);
-    let end_running = *marks.last().unwrap_or(&start_rss);
+    let end_running = last_mark.unwrap_or(start_rss);
 
     // Every client drained, its last connection still open: the registries must empty (an MCP request cancelled
     // by the peer settles on its own task, with no reply to wait for, so give it a moment).

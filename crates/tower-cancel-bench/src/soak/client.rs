@@ -38,10 +38,9 @@ pub struct Run {
     total: u64,
     claimed: AtomicU64,
     deadline: Instant,
-    sent: AtomicU64,
     window: usize,
     timeout_ms: u64,
-    endpoints: HashMap<&'static str, Endpoint>,
+    endpoints: HashMap<Protocol, Endpoint>,
 }
 
 impl Run {
@@ -58,19 +57,15 @@ impl Run {
             total,
             claimed: AtomicU64::new(0),
             deadline,
-            sent: AtomicU64::new(0),
             window,
             timeout_ms: timeout.as_millis() as u64,
-            endpoints: endpoints
-                .into_iter()
-                .map(|(protocol, endpoint)| (name(protocol), endpoint))
-                .collect(),
+            endpoints: endpoints.into_iter().collect(),
         }
     }
 
-    /// Requests sent so far, by every client.
+    /// Requests sent so far, by every client: the claims granted (a client sends each as soon as it is granted).
     pub fn sent(&self) -> u64 {
-        self.sent.load(Ordering::Relaxed)
+        self.claimed.load(Ordering::Relaxed).min(self.total)
     }
 
     fn more(&self) -> bool {
@@ -83,7 +78,7 @@ impl Run {
 
     /// Where the server of `protocol` listens.
     pub fn endpoint(&self, protocol: Protocol) -> &Endpoint {
-        &self.endpoints[name(protocol)]
+        &self.endpoints[&protocol]
     }
 }
 
@@ -180,8 +175,8 @@ enum End {
 #[derive(Debug)]
 struct Session {
     protocol: Protocol,
-    next_id: u64,
     next_unknown: u64,
+    /// Requests sent; the last one's id.
     sent: u64,
     /// Requests whose reply is awaited.
     awaited: HashMap<u64, Plan>,
@@ -195,7 +190,6 @@ impl Session {
     fn new(protocol: Protocol) -> Self {
         Self {
             protocol,
-            next_id: 0,
             next_unknown: UNKNOWN_IDS,
             sent: 0,
             awaited: HashMap::new(),
@@ -245,7 +239,6 @@ impl Session {
             }
             if self.awaited.is_empty() {
                 if self.sent >= len || !shared.more() {
-                    self.timers.clear();
                     counts.mcp_unanswered += self.maybe.len() as u64;
                     return End::Drained;
                 }
@@ -262,34 +255,32 @@ impl Session {
             let wait = self.timers.peek().map_or(STALL, |&Reverse((due, _))| {
                 due.saturating_duration_since(now).min(STALL)
             });
-            match tokio::time::timeout(wait, client.next_reply()).await {
+            let mut reply = match tokio::time::timeout(wait, client.next_reply()).await {
                 Err(_) => continue,
                 Ok(Err(error)) => {
                     counts.fail(format!("{}: connection lost: {error}", name(self.protocol)));
                     return End::Failed;
                 }
-                Ok(Ok(reply)) => {
-                    last_reply = Instant::now();
-                    self.read(client, reply, counts);
-                    loop {
-                        match client.ready_reply() {
-                            Ok(Some(reply)) => self.read(client, reply, counts),
-                            Ok(None) => break,
-                            Err(error) => {
-                                counts.fail(format!("{}: bad frame: {error}", name(self.protocol)));
-                                return End::Failed;
-                            }
-                        }
+                Ok(Ok(reply)) => Some(reply),
+            };
+            last_reply = Instant::now();
+            // That one, then every reply already readable.
+            while let Some(read) = reply {
+                self.read(client, read, counts);
+                reply = match client.ready_reply() {
+                    Ok(reply) => reply,
+                    Err(error) => {
+                        counts.fail(format!("{}: bad frame: {error}", name(self.protocol)));
+                        return End::Failed;
                     }
-                }
+                };
             }
         }
     }
 
     fn send(&mut self, client: &mut Client, shared: &Run, rng: &mut Rng, counts: &mut Counts) {
-        self.next_id += 1;
         self.sent += 1;
-        let id = self.next_id;
+        let id = self.sent;
         let slow = rng.chance(SLOW);
         let cancel = match rng.below(1000) {
             r if r < CANCEL_BEFORE => CancelAt::Before,
@@ -310,7 +301,6 @@ impl Session {
         // One tag for every request: the probe's record of stopped handlers stays one entry.
         client.queue_work_tagged(id, ms, 0);
         counts.sent += 1;
-        shared.sent.fetch_add(1, Ordering::Relaxed);
         let plan = Plan { slow, cancel };
         if cancel == CancelAt::Before && self.protocol == Protocol::Mcp {
             // Never answered: it does not hold a place in the window, and any reply to it is a failure.
@@ -394,13 +384,12 @@ pub async fn drive(
             client.handshake().await?;
             std::io::Result::Ok(client)
         };
-        let mut client = match tokio::time::timeout(STALL, connected).await {
-            Ok(Ok(client)) => client,
-            failed => {
-                let error = match failed {
-                    Ok(Err(error)) => error.to_string(),
-                    _ => "timed out".to_owned(),
-                };
+        let connected = tokio::time::timeout(STALL, connected)
+            .await
+            .unwrap_or_else(|_| Err(std::io::Error::other("timed out")));
+        let mut client = match connected {
+            Ok(client) => client,
+            Err(error) => {
                 counts.fail(format!("{}: connecting failed: {error}", name(protocol)));
                 connect_failures += 1;
                 if connect_failures > 10 {
@@ -422,11 +411,9 @@ pub async fn drive(
             End::Drained => {
                 client.close(Duration::ZERO).await;
             }
-            End::Dropped => {
-                counts.disconnects += 1;
-                drop(client);
-            }
-            End::Failed => drop(client),
+            // Either way the client is dropped here, abruptly.
+            End::Dropped => counts.disconnects += 1,
+            End::Failed => {}
         }
     }
     None

@@ -8,7 +8,7 @@ mod server;
 
 pub use self::{
     client::{drive, name, Counts, Run},
-    server::{listen, Connections, Endpoint, Snapshot, Tables, WORK_METHOD},
+    server::{listen, Connections, Endpoint, Snapshot, Tables},
 };
 
 use tower_cancel::message::code;
@@ -129,8 +129,8 @@ pub fn rss_bytes() -> Option<u64> {
 }
 
 /// Bytes as MiB, for the report.
-pub fn mib(bytes: impl Into<f64>) -> f64 {
-    bytes.into() / (1024.0 * 1024.0)
+pub fn mib(bytes: f64) -> f64 {
+    bytes / (1024.0 * 1024.0)
 }
 
 #[cfg(test)]

@@ -24,7 +24,7 @@ use crate::{client::Client, ours::handle, target::Protocol};
 
 /// The LSP method whose timeouts answer -32802 ServerCancelled, so that a timeout tells itself apart from a peer's
 /// cancel (-32800) on the wire.
-pub const WORK_METHOD: &str = "bench/work";
+const WORK_METHOD: &str = "bench/work";
 
 /// Where the soak server listens.
 #[derive(Clone, Debug)]
