@@ -9,6 +9,11 @@
 //! Where both ends send requests (a `Peer` on each side, cascades), [`pair::Pair`] connects two such servers back
 //! to back, each with its own stack, probe and `server.peer(dialect)`, and records the frames between them.
 //!
+//! Where the same scenario runs in several dialects, it is written once in [`scenarios`], generic over the
+//! dialect: [`Spoken`] gives each dialect's framing and its cancel and cancelled frames, byte for byte, and each
+//! dialect's test calls the scenario with its [`CancelStack`] and the frames that differ. Every test ends the same
+//! way, [`Conn::finish_counting`]: no reply left, `serve` returned, the registry empty, its counters as expected.
+//!
 //! All tests run on tokio's paused clock (`#[tokio::test(start_paused = true)]`): time only moves when every task
 //! is idle, straight to the next timer, so timings are exact and nothing waits on the wall clock.
 //!
@@ -60,12 +65,15 @@ use tokio::{
 };
 use tower::{service_fn, util::BoxCloneService, Service, ServiceBuilder};
 use tower_cancel::{
-    dialect::AcpDraft, progress::ProgressUpdate, BoxError, CancelReason, CancelStack, ErrorObject,
-    Id, Peer, PeerCall, PeerError, Registry, Request, RequestContext, Response,
+    dialect::{Acp, AcpDraft, Lsp, Mcp},
+    progress::ProgressUpdate,
+    BoxError, CancelReason, CancelStack, Dialect, ErrorObject, Id, Peer, PeerCall, PeerError,
+    Registry, Request, RequestContext, Response,
 };
 use tower_cancel_io::{Framing, Server};
 
 pub mod pair;
+pub mod scenarios;
 
 /// How long (virtual time) the client waits for a frame before the test fails. Longer than any handler of the
 /// suite sleeps, so it only fires when a reply is really missing; on the paused clock it costs nothing.
@@ -530,6 +538,28 @@ impl Counts {
     }
 }
 
+impl Counts {
+    /// `registered` requests, `completed` of them answered by their handler's outcome, `cancelled` ended
+    /// cancelled; no early cancels.
+    pub fn new(registered: u64, completed: u64, cancelled: u64) -> Self {
+        Self {
+            registered,
+            completed,
+            cancelled,
+            ..Self::default()
+        }
+    }
+
+    /// These counters, with `early_cancels` cancels for ids not in flight, `remembered` of them remembered now.
+    pub fn early(self, early_cancels: u64, remembered: usize) -> Self {
+        Self {
+            early_cancels,
+            remembered,
+            ..self
+        }
+    }
+}
+
 /// A connection to a [`Server`] running in its own task, seen from the peer's side.
 pub struct Conn {
     framing: Framing,
@@ -860,6 +890,141 @@ pub fn frame(message: &str, framing: Framing) -> String {
 /// The set of a list of replies, for replies whose order on the wire is not defined.
 pub fn set_of(replies: impl IntoIterator<Item = impl Into<String>>) -> BTreeSet<String> {
     replies.into_iter().map(Into::into).collect()
+}
+
+/// `ms` milliseconds.
+pub fn ms(ms: u64) -> Duration {
+    Duration::from_millis(ms)
+}
+
+/// Assert that `elapsed` is `expected`: virtual time is exact up to the timer wheel's 1 ms resolution.
+pub fn assert_about(elapsed: Duration, expected: Duration) {
+    assert!(
+        elapsed >= expected && elapsed <= expected + ms(1),
+        "{elapsed:?} instead of {expected:?}"
+    );
+}
+
+/// The ACP draft client's `initialize` (declaring `cancellation.request`), and the probe's answer to it.
+pub const ACP_DRAFT_INITIALIZE: (&str, &str) = (
+    r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1,"clientCapabilities":{"cancellation":{"request":true}}}}"#,
+    r#"{"jsonrpc":"2.0","id":0,"result":{"capabilities":{}}}"#,
+);
+
+/// A dialect as a raw client speaks it in these tests: its framing, the peer's cancel and the answer to a cancelled
+/// request, byte for byte. What lets one [scenario](scenarios) serve every dialect.
+pub trait Spoken: Dialect {
+    /// `Content-Length` for LSP, NDJSON for the others.
+    const FRAMING: Framing;
+    /// The id the dialect's tests give the request under test (7 for LSP and MCP, 3 for ACP); the requests after it
+    /// are `ID + 1`, `ID + 2`.
+    const ID: i64;
+    /// For a dialect where nothing is cancellable before `initialize` (the ACP draft): the `initialize` a client
+    /// sends first, and its answer.
+    const INITIALIZE: Option<(&'static str, &'static str)> = None;
+    /// The peer's cancel of request `id`.
+    fn cancel_frame(id: i64) -> String;
+    /// The answer to request `id` cancelled by the peer; `None` where the dialect sends none (MCP).
+    fn cancelled_frame(id: i64) -> Option<String>;
+}
+
+/// -32800 "Request cancelled" (LSP, ACP) or "Cancelled" (the ACP draft) for request `id`.
+fn error_32800(id: i64, message: &str) -> String {
+    format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":-32800,"message":"{message}"}}}}"#)
+}
+
+impl Spoken for Lsp {
+    const FRAMING: Framing = Framing::ContentLength;
+    const ID: i64 = 7;
+    fn cancel_frame(id: i64) -> String {
+        format!(r#"{{"jsonrpc":"2.0","method":"$/cancelRequest","params":{{"id":{id}}}}}"#)
+    }
+    fn cancelled_frame(id: i64) -> Option<String> {
+        Some(error_32800(id, "Request cancelled"))
+    }
+}
+
+impl Spoken for Acp {
+    const FRAMING: Framing = Framing::Ndjson;
+    const ID: i64 = 3;
+    fn cancel_frame(id: i64) -> String {
+        format!(r#"{{"jsonrpc":"2.0","method":"$/cancel_request","params":{{"requestId":{id}}}}}"#)
+    }
+    fn cancelled_frame(id: i64) -> Option<String> {
+        Some(error_32800(id, "Request cancelled"))
+    }
+}
+
+impl Spoken for AcpDraft {
+    const FRAMING: Framing = Framing::Ndjson;
+    const ID: i64 = 3;
+    const INITIALIZE: Option<(&'static str, &'static str)> = Some(ACP_DRAFT_INITIALIZE);
+    fn cancel_frame(id: i64) -> String {
+        Lsp::cancel_frame(id)
+    }
+    fn cancelled_frame(id: i64) -> Option<String> {
+        Some(error_32800(id, "Cancelled"))
+    }
+}
+
+impl Spoken for Mcp {
+    const FRAMING: Framing = Framing::Ndjson;
+    const ID: i64 = 7;
+    fn cancel_frame(id: i64) -> String {
+        format!(
+            r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":{id}}}}}"#
+        )
+    }
+    fn cancelled_frame(_: i64) -> Option<String> {
+        None
+    }
+}
+
+impl Conn {
+    /// `stack` over `probe`'s handler, served with a default [`Server`] in its dialect's framing.
+    pub fn stack<D: Spoken>(stack: CancelStack<D>, probe: &Probe) -> Self {
+        Self::serve(stack, probe, D::FRAMING)
+    }
+
+    /// [`Conn::stack`], ready for cancellable requests: where nothing is cancellable before `initialize` (the ACP
+    /// draft), its [`initialize`](Spoken::INITIALIZE) sent and answered, and the session initialized.
+    pub async fn ready<D: Spoken>(stack: CancelStack<D>, probe: &Probe) -> Self {
+        let mut conn = Self::stack(stack, probe);
+        if let Some((initialize, reply)) = D::INITIALIZE {
+            conn.send(initialize).await;
+            conn.expect(reply).await;
+            assert!(conn.registry().session().is_initialized());
+        }
+        conn
+    }
+
+    /// [`finish_quiet`](Conn::finish_quiet), asserting that the registry's counters just before were `expected`.
+    pub async fn finish_counting(self, expected: Counts) {
+        let counts = self.counts();
+        self.finish_quiet().await;
+        assert_eq!(counts, expected);
+    }
+
+    /// [`finish`](Conn::finish), also giving the registry's counters once `serve` returned.
+    pub async fn finish_counted(self) -> (Vec<String>, Counts) {
+        let registry = self.registry.clone();
+        let rest = self.finish().await;
+        (rest, Counts::of(&registry))
+    }
+
+    /// Send `request` and read replies until its `reply`: the replies written before it (a reply that was due
+    /// before `request` would have been written first).
+    pub async fn replies_until(&mut self, request: &str, reply: &str) -> Vec<String> {
+        self.send(request).await;
+        let mut replies = Vec::new();
+        loop {
+            let next = self.recv().await;
+            if next == reply {
+                return replies;
+            }
+            replies.push(next);
+        }
+    }
 }
 
 /// The README's example, compiled as a doctest so that it stays true.

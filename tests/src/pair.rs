@@ -48,6 +48,16 @@ pub struct PeerCounts {
 }
 
 impl PeerCounts {
+    /// `sent` requests, `cancels_sent` cancels and `late_replies` late replies; no call pending.
+    pub fn new(sent: u64, cancels_sent: u64, late_replies: u64) -> Self {
+        Self {
+            sent,
+            cancels_sent,
+            late_replies,
+            pending: 0,
+        }
+    }
+
     /// The counters of `peer` now.
     pub fn of(peer: &Peer) -> Self {
         let stats = peer.stats();

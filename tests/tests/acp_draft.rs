@@ -2,148 +2,59 @@
 //! answered -32800 "Cancelled"; nothing is cancellable before `initialize` completed.
 
 use serde_json::json;
-use tests::{Conn, Counts, Ended, Probe};
-use tower_cancel::CancelReason;
+use tests::{scenarios, Conn, Counts, Ended, Probe, Spoken};
+use tower_cancel::{dialect::AcpDraft, CancelReason, CancelStack};
 
-const CANCELLED_3: &str =
-    r#"{"jsonrpc":"2.0","id":3,"error":{"code":-32800,"message":"Cancelled"}}"#;
-const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1,"clientCapabilities":{"cancellation":{"request":true}}}}"#;
-const INITIALIZED: &str = r#"{"jsonrpc":"2.0","id":0,"result":{"capabilities":{}}}"#;
-
-/// A draft connection whose `initialize` has completed.
-async fn initialized(probe: &Probe) -> Conn {
-    let mut conn = Conn::acp_draft(probe);
-    conn.send(INITIALIZE).await;
-    conn.expect(INITIALIZED).await;
-    assert!(conn.registry().session().is_initialized());
-    conn
-}
+const INITIALIZE: &str = tests::ACP_DRAFT_INITIALIZE.0;
+const INITIALIZED: &str = tests::ACP_DRAFT_INITIALIZE.1;
 
 #[tokio::test(start_paused = true)]
 async fn cancel_while_running_answers_cancelled_and_stops_the_handler() {
-    let probe = Probe::new();
-    let mut conn = initialized(&probe).await;
-    conn.send(r#"{"jsonrpc":"2.0","id":3,"method":"hang"}"#)
-        .await;
-    probe.wait_started(3).await;
     // The draft's own example omits "jsonrpc"; it is tolerated.
-    conn.send(r#"{"method":"$/cancelRequest","params":{"id":3}}"#)
-        .await;
-    conn.expect(CANCELLED_3).await;
-    assert_eq!(
-        probe.ended_of(3),
-        Some(Ended::stopped(3, "hang", Some(CancelReason::peer(None))))
-    );
-    assert!(probe.notifications().is_empty());
-
-    let counts = conn.counts();
-    conn.finish_quiet().await;
-    assert_eq!(
-        counts,
-        Counts {
-            registered: 1,
-            cancelled: 1,
-            ..Counts::default()
-        }
-    );
+    let cancel = r#"{"method":"$/cancelRequest","params":{"id":3}}"#;
+    scenarios::cancel_while_running_with(
+        CancelStack::acp_draft(),
+        cancel,
+        CancelReason::peer(None),
+    )
+    .await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_cancel_before_its_request_means_the_handler_never_runs() {
-    let probe = Probe::new();
-    let mut conn = initialized(&probe).await;
-    conn.send(r#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":3}}"#)
-        .await;
-    conn.send(r#"{"jsonrpc":"2.0","id":3,"method":"hang"}"#)
-        .await;
-    conn.expect(CANCELLED_3).await;
-    assert_eq!(probe.started(), 1, "only initialize ran");
-
-    let counts = conn.counts();
-    conn.finish_quiet().await;
-    assert_eq!(
-        counts,
-        Counts {
-            registered: 1,
-            cancelled: 1,
-            early_cancels: 1,
-            ..Counts::default()
-        }
-    );
+    // Only initialize ran.
+    scenarios::a_cancel_before_its_request(
+        CancelStack::acp_draft(),
+        &AcpDraft::cancel_frame(3),
+        None,
+    )
+    .await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_cancel_after_completion_leaves_the_reply_and_changes_nothing() {
-    let probe = Probe::new();
-    let mut conn = initialized(&probe).await;
-    conn.send(r#"{"jsonrpc":"2.0","id":3,"method":"echo","params":{"done":true}}"#)
-        .await;
-    conn.expect(r#"{"jsonrpc":"2.0","id":3,"result":{"done":true}}"#)
-        .await;
-    conn.send(r#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":3}}"#)
-        .await;
-    conn.send(r#"{"jsonrpc":"2.0","id":4,"method":"echo"}"#)
-        .await;
-    conn.expect(r#"{"jsonrpc":"2.0","id":4,"result":null}"#)
-        .await;
-
-    let counts = conn.counts();
-    conn.finish_quiet().await;
-    assert_eq!(
-        counts,
-        Counts {
-            registered: 2,
-            completed: 2,
-            early_cancels: 1,
-            remembered: 1,
-            ..Counts::default()
-        }
-    );
+    scenarios::a_cancel_after_completion(
+        CancelStack::acp_draft(),
+        r#"{"jsonrpc":"2.0","id":3,"method":"echo","params":{"done":true}}"#,
+        r#"{"jsonrpc":"2.0","id":3,"result":{"done":true}}"#,
+    )
+    .await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn unknown_malformed_and_duplicate_cancels_are_ignored() {
-    let probe = Probe::new();
-    let mut conn = initialized(&probe).await;
-    conn.send(r#"{"jsonrpc":"2.0","id":3,"method":"hang"}"#)
-        .await;
-    probe.wait_started(3).await;
-
-    conn.send_together(&[
-        r#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":99}}"#,
-        r#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":"3"}}"#,
-        r#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"requestId":3}}"#,
-        r#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":[3]}"#,
-        r#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":false}}"#,
-        r#"{"jsonrpc":"2.0","method":"$/cancelRequest"}"#,
-        r#"{"jsonrpc":"2.0","id":4,"method":"echo","params":"after the bad cancels"}"#,
-    ])
+    scenarios::bad_and_duplicate_cancels_are_ignored(
+        CancelStack::acp_draft(),
+        &[
+            r#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":99}}"#,
+            r#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":"3"}}"#,
+            r#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"requestId":3}}"#,
+            r#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":[3]}"#,
+            r#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":false}}"#,
+            r#"{"jsonrpc":"2.0","method":"$/cancelRequest"}"#,
+        ],
+    )
     .await;
-    conn.expect(r#"{"jsonrpc":"2.0","id":4,"result":"after the bad cancels"}"#)
-        .await;
-    assert!(conn.registry().contains(&3.into()));
-    assert!(probe.notifications().is_empty());
-
-    let cancel = r#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":3}}"#;
-    conn.send_together(&[cancel, cancel]).await;
-    conn.expect(CANCELLED_3).await;
-    conn.send(r#"{"jsonrpc":"2.0","id":5,"method":"echo"}"#)
-        .await;
-    conn.expect(r#"{"jsonrpc":"2.0","id":5,"result":null}"#)
-        .await;
-
-    let counts = conn.counts();
-    conn.finish_quiet().await;
-    assert_eq!(
-        counts,
-        Counts {
-            registered: 3,
-            completed: 2,
-            cancelled: 1,
-            early_cancels: 3,
-            remembered: 3
-        }
-    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -165,13 +76,8 @@ async fn initialize_is_never_cancellable_and_a_cancel_during_it_is_not_one() {
     conn.expect(INITIALIZED).await;
     assert_eq!(probe.ended(), [Ended::finished(0, "initialize", None)]);
 
-    let counts = conn.counts();
-    conn.finish_quiet().await;
-    assert_eq!(
-        counts,
-        Counts::default(),
-        "nothing registered, nothing remembered"
-    );
+    // Nothing registered, nothing remembered.
+    conn.finish_counting(Counts::default()).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -203,18 +109,7 @@ async fn nothing_is_cancellable_before_initialize_completed() {
     conn.expect(r#"{"jsonrpc":"2.0","id":3,"result":null}"#)
         .await;
 
-    let counts = conn.counts();
-    conn.finish_quiet().await;
-    assert_eq!(
-        counts,
-        Counts {
-            registered: 1,
-            completed: 1,
-            early_cancels: 1,
-            remembered: 1,
-            ..Counts::default()
-        }
-    );
+    conn.finish_counting(Counts::new(1, 1, 0).early(1, 1)).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -243,13 +138,8 @@ async fn without_the_declaration_cancels_are_not_handled() {
         .await;
     assert_eq!(probe.notifications().len(), 2);
 
-    let counts = conn.counts();
-    conn.finish_quiet().await;
-    assert_eq!(
-        counts,
-        Counts::default(),
-        "nothing registered, nothing remembered"
-    );
+    // Nothing registered, nothing remembered.
+    conn.finish_counting(Counts::default()).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -290,8 +180,6 @@ async fn the_peers_capability_is_recorded_from_initialize() {
             accepts,
             "{params}"
         );
-        let counts = conn.counts();
-        conn.finish_quiet().await;
-        assert_eq!(counts, Counts::default());
+        conn.finish_counting(Counts::default()).await;
     }
 }

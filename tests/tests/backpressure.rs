@@ -3,23 +3,24 @@
 
 use std::time::Duration;
 
-use tests::{Conn, Counts, End, Probe};
+use tests::{Conn, Counts, End, Probe, Spoken};
 use tower::ServiceBuilder;
 use tower_cancel::CancelStack;
-use tower_cancel_io::{Framing, Server};
+use tower_cancel_io::Server;
 
-fn limited_lsp(probe: &Probe, stack: CancelStack<tower_cancel::dialect::Lsp>) -> Conn {
+/// `stack` over `probe`'s handler behind a concurrency limit of 1.
+fn limited<D: Spoken>(probe: &Probe, stack: CancelStack<D>) -> Conn {
     let service = ServiceBuilder::new()
         .layer(stack)
         .concurrency_limit(1)
         .service(probe.service());
-    Conn::start(Server::new(service), Framing::ContentLength)
+    Conn::start(Server::new(service), D::FRAMING)
 }
 
 #[tokio::test(start_paused = true)]
 async fn lsp_a_queued_request_is_cancellable_and_never_runs() {
     let probe = Probe::new();
-    let mut conn = limited_lsp(&probe, CancelStack::lsp());
+    let mut conn = limited(&probe, CancelStack::lsp());
     conn.send(r#"{"jsonrpc":"2.0","id":1,"method":"hang"}"#)
         .await;
     probe.wait_started(1).await;
@@ -50,23 +51,13 @@ async fn lsp_a_queued_request_is_cancellable_and_never_runs() {
     assert_eq!(methods, ["hang", "echo"]);
     assert_eq!(probe.ended_of(2), None, "never started, so never ended");
 
-    let counts = conn.counts();
-    conn.finish_quiet().await;
-    assert_eq!(
-        counts,
-        Counts {
-            registered: 3,
-            completed: 1,
-            cancelled: 2,
-            ..Counts::default()
-        }
-    );
+    conn.finish_counting(Counts::new(3, 1, 2)).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn lsp_a_queued_request_runs_once_the_permit_is_free() {
     let probe = Probe::new();
-    let mut conn = limited_lsp(&probe, CancelStack::lsp());
+    let mut conn = limited(&probe, CancelStack::lsp());
     conn.send_together(&[
         r#"{"jsonrpc":"2.0","id":1,"method":"sleep","params":{"ms":100}}"#,
         r#"{"jsonrpc":"2.0","id":2,"method":"sleep","params":{"ms":100}}"#,
@@ -83,26 +74,13 @@ async fn lsp_a_queued_request_runs_once_the_permit_is_free() {
         elapsed >= Duration::from_millis(200) && elapsed < Duration::from_millis(210),
         "{elapsed:?}"
     );
-    let counts = conn.counts();
-    conn.finish_quiet().await;
-    assert_eq!(
-        counts,
-        Counts {
-            registered: 2,
-            completed: 2,
-            ..Counts::default()
-        }
-    );
+    conn.finish_counting(Counts::new(2, 2, 0)).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn mcp_a_queued_request_is_cancellable_never_runs_and_gets_no_reply() {
     let probe = Probe::new();
-    let service = ServiceBuilder::new()
-        .layer(CancelStack::mcp())
-        .concurrency_limit(1)
-        .service(probe.service());
-    let mut conn = Conn::start(Server::new(service), Framing::Ndjson);
+    let mut conn = limited(&probe, CancelStack::mcp());
     conn.send(r#"{"jsonrpc":"2.0","id":1,"method":"sleep","params":{"ms":100}}"#)
         .await;
     probe.wait_started(1).await;
@@ -125,17 +103,7 @@ async fn mcp_a_queued_request_is_cancellable_never_runs_and_gets_no_reply() {
         .collect();
     assert_eq!(methods, ["1", "3"]);
 
-    let counts = conn.counts();
-    conn.finish_quiet().await;
-    assert_eq!(
-        counts,
-        Counts {
-            registered: 3,
-            completed: 2,
-            cancelled: 1,
-            ..Counts::default()
-        }
-    );
+    conn.finish_counting(Counts::new(3, 2, 1)).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -143,7 +111,7 @@ async fn cooperative_a_queued_request_that_is_cancelled_never_runs() {
     // In cooperative mode there is no handler to cooperate with yet: the queued request must not be started
     // later, when the permit frees within the grace period.
     let probe = Probe::new();
-    let mut conn = limited_lsp(
+    let mut conn = limited(
         &probe,
         CancelStack::lsp().cooperative(Duration::from_secs(5)),
     );
@@ -164,23 +132,13 @@ async fn cooperative_a_queued_request_that_is_cancelled_never_runs() {
     assert_eq!(probe.started(), 1, "request 2 never ran");
     assert_eq!(probe.ended_of(1).unwrap().end, End::Finished);
 
-    let counts = conn.counts();
-    conn.finish_quiet().await;
-    assert_eq!(
-        counts,
-        Counts {
-            registered: 2,
-            completed: 1,
-            cancelled: 1,
-            ..Counts::default()
-        }
-    );
+    conn.finish_counting(Counts::new(2, 1, 1)).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_disconnect_reaches_queued_requests_and_they_never_run() {
     let probe = Probe::new();
-    let mut conn = limited_lsp(&probe, CancelStack::lsp());
+    let mut conn = limited(&probe, CancelStack::lsp());
     conn.send(r#"{"jsonrpc":"2.0","id":1,"method":"hang"}"#)
         .await;
     probe.wait_started(1).await;
@@ -206,12 +164,5 @@ async fn a_disconnect_reaches_queued_requests_and_they_never_run() {
             Some(tower_cancel::CancelReason::Disconnect)
         )]
     );
-    assert_eq!(
-        Counts::of(&registry),
-        Counts {
-            registered: 3,
-            cancelled: 3,
-            ..Counts::default()
-        }
-    );
+    assert_eq!(Counts::of(&registry), Counts::new(3, 0, 3));
 }

@@ -6,10 +6,9 @@
 //! Most tests run two servers back to back ([`Pair`]); the probe's `call` method is the handler that calls the
 //! other side (see the `tests` crate docs).
 
-use std::time::Duration;
-
 use serde_json::json;
 use tests::{
+    ms,
     pair::{settle, Pair, PeerCounts},
     Conn, Counts, Ended, Nested, Probe,
 };
@@ -18,10 +17,6 @@ use tower_cancel::{
     CancelReason, CancelStack, ErrorObject, Id, PeerError,
 };
 use tower_cancel_io::Framing;
-
-fn ms(ms: u64) -> Duration {
-    Duration::from_millis(ms)
-}
 
 const LSP_CANCEL_0: &str = r#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":0}}"#;
 const ACP_CANCEL_0: &str =
@@ -43,24 +38,6 @@ fn nested(parent: i64, id: i64, method: &str) -> Nested {
         id: id.into(),
         method: method.to_owned(),
         outcome: None,
-    }
-}
-
-fn counts(registered: u64, completed: u64, cancelled: u64) -> Counts {
-    Counts {
-        registered,
-        completed,
-        cancelled,
-        ..Counts::default()
-    }
-}
-
-fn peer_counts(sent: u64, cancels_sent: u64, late_replies: u64) -> PeerCounts {
-    PeerCounts {
-        sent,
-        cancels_sent,
-        late_replies,
-        pending: 0,
     }
 }
 
@@ -99,10 +76,10 @@ async fn a_handler_calls_the_client_and_answers_with_its_reply() {
         pair.server.probe.nested()[0].outcome,
         Some(Ok(json!({ "text": "from the client" })))
     );
-    assert_eq!(pair.server.counts(), counts(1, 1, 0));
-    assert_eq!(pair.client.counts(), counts(1, 1, 0));
-    assert_eq!(pair.client.peer_counts(), peer_counts(1, 0, 0));
-    assert_eq!(pair.server.peer_counts(), peer_counts(1, 0, 0));
+    assert_eq!(pair.server.counts(), Counts::new(1, 1, 0));
+    assert_eq!(pair.client.counts(), Counts::new(1, 1, 0));
+    assert_eq!(pair.client.peer_counts(), PeerCounts::new(1, 0, 0));
+    assert_eq!(pair.server.peer_counts(), PeerCounts::new(1, 0, 0));
     pair.finish().await;
 }
 
@@ -144,11 +121,11 @@ async fn cancelling_the_servers_request_cancels_the_nested_one(
         Some(Ended::stopped(0, "hang", Some(client_reason)))
     );
     assert_eq!(pair.server.probe.nested(), vec![nested(0, 0, "hang")]);
-    assert_eq!(pair.server.counts(), counts(1, 0, 1));
-    assert_eq!(pair.client.counts(), counts(1, 0, 1));
+    assert_eq!(pair.server.counts(), Counts::new(1, 0, 1));
+    assert_eq!(pair.client.counts(), Counts::new(1, 0, 1));
     let late = u64::from(reply.is_some());
-    assert_eq!(pair.client.peer_counts(), peer_counts(1, 1, late));
-    assert_eq!(pair.server.peer_counts(), peer_counts(1, 1, late));
+    assert_eq!(pair.client.peer_counts(), PeerCounts::new(1, 1, late));
+    assert_eq!(pair.server.peer_counts(), PeerCounts::new(1, 1, late));
     pair.finish().await;
 }
 
@@ -228,7 +205,7 @@ async fn lsp_raw_client_the_cancel_for_the_nested_request_goes_out_before_the_re
         ),
         (1, 1, 1, 0)
     );
-    assert_eq!(conn.counts(), counts(1, 0, 1));
+    assert_eq!(conn.counts(), Counts::new(1, 0, 1));
     conn.finish_quiet().await;
 }
 
@@ -296,12 +273,12 @@ async fn the_servers_timeout_cancels_the_nested_request(
         pair.client.probe.ended_of(0),
         Some(Ended::stopped(0, "hang", Some(nested_reason)))
     );
-    assert_eq!(pair.server.counts(), counts(1, 0, 1));
-    assert_eq!(pair.client.counts(), counts(1, 0, 1));
-    assert_eq!(pair.client.peer_counts(), peer_counts(1, 0, 0));
+    assert_eq!(pair.server.counts(), Counts::new(1, 0, 1));
+    assert_eq!(pair.client.counts(), Counts::new(1, 0, 1));
+    assert_eq!(pair.client.peer_counts(), PeerCounts::new(1, 0, 0));
     assert_eq!(
         pair.server.peer_counts(),
-        peer_counts(1, 1, u64::from(nested_reply.is_some()))
+        PeerCounts::new(1, 1, u64::from(nested_reply.is_some()))
     );
     pair.finish().await;
 }
@@ -376,8 +353,8 @@ async fn the_connection_closing_ends_nested_calls(spawn: bool) {
         pair.client.probe.ended_of(0),
         Some(Ended::stopped(0, "hang", Some(CancelReason::Disconnect)))
     );
-    assert_eq!(pair.server.counts(), counts(1, 0, 1));
-    assert_eq!(pair.client.counts(), counts(1, 0, 1));
+    assert_eq!(pair.server.counts(), Counts::new(1, 0, 1));
+    assert_eq!(pair.client.counts(), Counts::new(1, 0, 1));
 }
 
 #[tokio::test(start_paused = true)]
@@ -462,8 +439,8 @@ async fn lsp_a_cooperative_handlers_nested_call_is_cancelled_and_answered_by_the
             "Request cancelled"
         ))))
     );
-    assert_eq!(pair.server.peer_counts(), peer_counts(1, 1, 0));
-    assert_eq!(pair.client.peer_counts(), peer_counts(1, 1, 1));
+    assert_eq!(pair.server.peer_counts(), PeerCounts::new(1, 1, 0));
+    assert_eq!(pair.client.peer_counts(), PeerCounts::new(1, 1, 1));
     pair.finish().await;
 }
 
@@ -502,8 +479,8 @@ async fn mcp_a_nested_call_in_its_own_task_is_cancelled_with_its_parent() {
             Some(CancelReason::peer(Some("parent request cancelled".into())))
         ))
     );
-    assert_eq!(pair.server.peer_counts(), peer_counts(1, 1, 0));
-    assert_eq!(pair.client.peer_counts(), peer_counts(1, 1, 0));
+    assert_eq!(pair.server.peer_counts(), PeerCounts::new(1, 1, 0));
+    assert_eq!(pair.client.peer_counts(), PeerCounts::new(1, 1, 0));
     pair.finish().await;
 }
 
@@ -536,7 +513,7 @@ async fn a_handler_whose_request_is_cancelled_sends_no_new_request() {
         0,
         "no request reached the client"
     );
-    assert_eq!(pair.server.peer_counts(), peer_counts(0, 0, 0));
+    assert_eq!(pair.server.peer_counts(), PeerCounts::new(0, 0, 0));
     pair.finish().await;
 }
 
@@ -597,11 +574,11 @@ async fn a_cascade_two_levels_deep(
     );
     assert_eq!(pair.server.probe.nested(), vec![nested(0, 0, "call")]);
     assert_eq!(pair.client.probe.nested(), vec![nested(0, 1, "hang")]);
-    assert_eq!(pair.server.counts(), counts(2, 0, 2));
-    assert_eq!(pair.client.counts(), counts(1, 0, 1));
+    assert_eq!(pair.server.counts(), Counts::new(2, 0, 2));
+    assert_eq!(pair.client.counts(), Counts::new(1, 0, 1));
     let late = u64::from(reply.is_some());
-    assert_eq!(pair.client.peer_counts(), peer_counts(2, 2, 2 * late));
-    assert_eq!(pair.server.peer_counts(), peer_counts(1, 1, late));
+    assert_eq!(pair.client.peer_counts(), PeerCounts::new(2, 2, 2 * late));
+    assert_eq!(pair.server.peer_counts(), PeerCounts::new(1, 1, late));
     pair.finish().await;
 }
 
@@ -686,8 +663,8 @@ async fn a_cascade_started_by_the_server() {
         pair.server.probe.ended_of(0),
         Some(Ended::stopped(0, "hang", Some(CancelReason::peer(None))))
     );
-    assert_eq!(pair.client.peer_counts(), peer_counts(1, 1, 1));
-    assert_eq!(pair.server.peer_counts(), peer_counts(1, 1, 1));
+    assert_eq!(pair.client.peer_counts(), PeerCounts::new(1, 1, 1));
+    assert_eq!(pair.server.peer_counts(), PeerCounts::new(1, 1, 1));
     pair.finish().await;
 }
 
@@ -751,9 +728,9 @@ async fn a_graceful_shutdown_lets_a_handler_finish_its_nested_call() {
     // The server closed the connection once drained.
     pair.server.join().await;
     pair.client.join().await;
-    assert_eq!(pair.server.counts(), counts(1, 1, 0));
-    assert_eq!(pair.client.counts(), counts(1, 1, 0));
-    assert_eq!(pair.server.peer_counts(), peer_counts(1, 0, 0));
+    assert_eq!(pair.server.counts(), Counts::new(1, 1, 0));
+    assert_eq!(pair.client.counts(), Counts::new(1, 1, 0));
+    assert_eq!(pair.server.peer_counts(), PeerCounts::new(1, 0, 0));
     pair.to_server.assert_quiet();
     pair.to_client.assert_quiet();
 }

@@ -4,136 +4,74 @@
 
 use std::time::Duration;
 
-use tests::{Conn, Counts, End, Ended, Probe};
+use tests::{assert_about, Conn, Counts, End, Ended, Probe, Spoken};
 use tokio::time::Instant;
 use tower_cancel::{CancelReason, CancelStack};
-use tower_cancel_io::Framing;
 
 const GRACE: Duration = Duration::from_secs(5);
 
-fn lsp(probe: &Probe) -> Conn {
-    Conn::serve(
-        CancelStack::lsp().cooperative(GRACE),
-        probe,
-        Framing::ContentLength,
-    )
-}
+const LSP_CANCELLED_7: &str =
+    r#"{"jsonrpc":"2.0","id":7,"error":{"code":-32800,"message":"Request cancelled"}}"#;
 
-fn mcp(probe: &Probe) -> Conn {
-    Conn::serve(
-        CancelStack::mcp().cooperative(GRACE),
-        probe,
-        Framing::Ndjson,
-    )
-}
-
-/// Virtual time is exact up to the timer wheel's 1 ms resolution.
-fn assert_about(elapsed: Duration, expected: Duration) {
-    assert!(
-        elapsed >= expected && elapsed <= expected + Duration::from_millis(1),
-        "{elapsed:?} instead of {expected:?}"
-    );
+/// Request `ID` (`method`) runs in cooperative mode and the peer cancels it. The handler answers `reply` itself
+/// at once (`End::Finished`: no waiting for the grace), or ignores its token and is dropped after the grace
+/// (`End::Stopped`), `reply` then being the dialect's cancelled reply. Either way the request counts as cancelled.
+async fn a_cancelled_handler<D: Spoken>(
+    stack: CancelStack<D>,
+    method: &str,
+    reply: &str,
+    end: End,
+) {
+    let probe = Probe::new();
+    let mut conn = Conn::stack(stack.cooperative(GRACE), &probe);
+    let id = D::ID;
+    conn.send(&format!(
+        r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}"}}"#
+    ))
+    .await;
+    probe.wait_started(id).await;
+    let cancelled_at = Instant::now();
+    conn.send(&D::cancel_frame(id)).await;
+    conn.expect(reply).await;
+    match end {
+        End::Finished => assert_eq!(
+            cancelled_at.elapsed(),
+            Duration::ZERO,
+            "no waiting for the grace"
+        ),
+        End::Stopped => assert_about(cancelled_at.elapsed(), GRACE),
+    }
+    let ended = Ended {
+        id: id.into(),
+        method: method.to_owned(),
+        end,
+        reason: Some(CancelReason::peer(None)),
+    };
+    assert_eq!(probe.ended(), [ended]);
+    conn.finish_counting(Counts::new(1, 0, 1)).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn lsp_a_partial_result_within_the_grace_is_sent() {
-    let probe = Probe::new();
-    let mut conn = lsp(&probe);
-    conn.send(r#"{"jsonrpc":"2.0","id":7,"method":"partial"}"#)
-        .await;
-    probe.wait_started(7).await;
-    let cancelled_at = Instant::now();
-    conn.send(r#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":7}}"#)
-        .await;
-    conn.expect(r#"{"jsonrpc":"2.0","id":7,"result":{"partial":true}}"#)
-        .await;
-    assert_eq!(
-        cancelled_at.elapsed(),
-        Duration::ZERO,
-        "no waiting for the grace"
-    );
-    assert_eq!(
-        probe.ended(),
-        [Ended::finished(
-            7,
-            "partial",
-            Some(CancelReason::peer(None))
-        )]
-    );
-
-    let counts = conn.counts();
-    conn.finish_quiet().await;
-    // The request was cancelled; its handler's answer was a partial result.
-    assert_eq!(
-        counts,
-        Counts {
-            registered: 1,
-            cancelled: 1,
-            ..Counts::default()
-        }
-    );
+    let partial = r#"{"jsonrpc":"2.0","id":7,"result":{"partial":true}}"#;
+    a_cancelled_handler(CancelStack::lsp(), "partial", partial, End::Finished).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn lsp_the_handlers_own_error_within_the_grace_is_sent() {
-    let probe = Probe::new();
-    let mut conn = lsp(&probe);
-    conn.send(r#"{"jsonrpc":"2.0","id":7,"method":"wind_down_error"}"#)
-        .await;
-    probe.wait_started(7).await;
-    conn.send(r#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":7}}"#)
-        .await;
-    conn.expect(r#"{"jsonrpc":"2.0","id":7,"error":{"code":-32801,"message":"Content modified"}}"#)
-        .await;
-    assert_eq!(probe.ended_of(7).unwrap().end, End::Finished);
-    let counts = conn.counts();
-    conn.finish_quiet().await;
-    assert_eq!(
-        counts,
-        Counts {
-            registered: 1,
-            cancelled: 1,
-            ..Counts::default()
-        }
-    );
+    let error = r#"{"jsonrpc":"2.0","id":7,"error":{"code":-32801,"message":"Content modified"}}"#;
+    a_cancelled_handler(CancelStack::lsp(), "wind_down_error", error, End::Finished).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn lsp_a_handler_that_ignores_its_token_is_dropped_after_the_grace() {
-    let probe = Probe::new();
-    let mut conn = lsp(&probe);
-    conn.send(r#"{"jsonrpc":"2.0","id":7,"method":"hang"}"#)
-        .await;
-    probe.wait_started(7).await;
-    let cancelled_at = Instant::now();
-    conn.send(r#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":7}}"#)
-        .await;
-    conn.expect(
-        r#"{"jsonrpc":"2.0","id":7,"error":{"code":-32800,"message":"Request cancelled"}}"#,
-    )
-    .await;
-    assert_about(cancelled_at.elapsed(), GRACE);
-    assert_eq!(
-        probe.ended(),
-        [Ended::stopped(7, "hang", Some(CancelReason::peer(None)))]
-    );
-
-    let counts = conn.counts();
-    conn.finish_quiet().await;
-    assert_eq!(
-        counts,
-        Counts {
-            registered: 1,
-            cancelled: 1,
-            ..Counts::default()
-        }
-    );
+    a_cancelled_handler(CancelStack::lsp(), "hang", LSP_CANCELLED_7, End::Stopped).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn lsp_other_requests_are_served_during_the_grace() {
     let probe = Probe::new();
-    let mut conn = lsp(&probe);
+    let mut conn = Conn::stack(CancelStack::lsp().cooperative(GRACE), &probe);
     conn.send(r#"{"jsonrpc":"2.0","id":7,"method":"hang"}"#)
         .await;
     probe.wait_started(7).await;
@@ -144,80 +82,33 @@ async fn lsp_other_requests_are_served_during_the_grace() {
     conn.expect(r#"{"jsonrpc":"2.0","id":8,"result":{"slept":1000}}"#)
         .await;
     assert!(conn.registry().contains(&7.into()), "still in its grace");
-    conn.expect(
-        r#"{"jsonrpc":"2.0","id":7,"error":{"code":-32800,"message":"Request cancelled"}}"#,
-    )
-    .await;
-    let counts = conn.counts();
-    conn.finish_quiet().await;
-    assert_eq!(
-        counts,
-        Counts {
-            registered: 2,
-            completed: 1,
-            cancelled: 1,
-            ..Counts::default()
-        }
-    );
+    conn.expect(LSP_CANCELLED_7).await;
+    conn.finish_counting(Counts::new(2, 1, 1)).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_cancel_before_its_request_means_the_handler_never_runs_in_cooperative_mode_too() {
     let probe = Probe::new();
-    let mut conn = lsp(&probe);
+    let mut conn = Conn::stack(CancelStack::lsp().cooperative(GRACE), &probe);
     conn.send(r#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":7}}"#)
         .await;
     conn.send(r#"{"jsonrpc":"2.0","id":7,"method":"echo","params":"the whole result"}"#)
         .await;
-    conn.expect(
-        r#"{"jsonrpc":"2.0","id":7,"error":{"code":-32800,"message":"Request cancelled"}}"#,
-    )
-    .await;
+    conn.expect(LSP_CANCELLED_7).await;
     assert_eq!(probe.started(), 0);
-    let counts = conn.counts();
-    conn.finish_quiet().await;
-    assert_eq!(
-        counts,
-        Counts {
-            registered: 1,
-            cancelled: 1,
-            early_cancels: 1,
-            ..Counts::default()
-        }
-    );
+    conn.finish_counting(Counts::new(1, 0, 1).early(1, 0)).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn acp_a_partial_result_within_the_grace_is_sent() {
-    let probe = Probe::new();
-    let mut conn = Conn::serve(
-        CancelStack::acp().cooperative(GRACE),
-        &probe,
-        Framing::Ndjson,
-    );
-    conn.send(r#"{"jsonrpc":"2.0","id":3,"method":"partial"}"#)
-        .await;
-    probe.wait_started(3).await;
-    conn.send(r#"{"jsonrpc":"2.0","method":"$/cancel_request","params":{"requestId":3}}"#)
-        .await;
-    conn.expect(r#"{"jsonrpc":"2.0","id":3,"result":{"partial":true}}"#)
-        .await;
-    let counts = conn.counts();
-    conn.finish_quiet().await;
-    assert_eq!(
-        counts,
-        Counts {
-            registered: 1,
-            cancelled: 1,
-            ..Counts::default()
-        }
-    );
+    let partial = r#"{"jsonrpc":"2.0","id":3,"result":{"partial":true}}"#;
+    a_cancelled_handler(CancelStack::acp(), "partial", partial, End::Finished).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn mcp_even_a_partial_result_is_not_sent() {
     let probe = Probe::new();
-    let mut conn = mcp(&probe);
+    let mut conn = Conn::stack(CancelStack::mcp().cooperative(GRACE), &probe);
     conn.send(r#"{"jsonrpc":"2.0","id":7,"method":"partial"}"#)
         .await;
     probe.wait_started(7).await;
@@ -236,23 +127,13 @@ async fn mcp_even_a_partial_result_is_not_sent() {
             Some(CancelReason::peer(Some("stop".into())))
         ))
     );
-    let counts = conn.counts();
-    conn.finish_quiet().await;
-    assert_eq!(
-        counts,
-        Counts {
-            registered: 2,
-            completed: 1,
-            cancelled: 1,
-            ..Counts::default()
-        }
-    );
+    conn.finish_counting(Counts::new(2, 1, 1)).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn mcp_a_handler_that_ignores_its_token_is_dropped_after_the_grace_and_nothing_is_sent() {
     let probe = Probe::new();
-    let mut conn = mcp(&probe);
+    let mut conn = Conn::stack(CancelStack::mcp().cooperative(GRACE), &probe);
     conn.send(r#"{"jsonrpc":"2.0","id":7,"method":"hang"}"#)
         .await;
     probe.wait_started(7).await;
@@ -272,15 +153,5 @@ async fn mcp_a_handler_that_ignores_its_token_is_dropped_after_the_grace_and_not
             Ended::finished(8, "sleep", None)
         ]
     );
-    let counts = conn.counts();
-    conn.finish_quiet().await;
-    assert_eq!(
-        counts,
-        Counts {
-            registered: 2,
-            completed: 1,
-            cancelled: 1,
-            ..Counts::default()
-        }
-    );
+    conn.finish_counting(Counts::new(2, 1, 1)).await;
 }

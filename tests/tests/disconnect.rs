@@ -1,13 +1,22 @@
 //! Closing the connection cancels everything in flight with reason `Disconnect`; `serve` returns `Ok` and the
 //! registry is empty.
 
-use std::time::Duration;
+use std::{ops::RangeInclusive, time::Duration};
 
-use tests::{set_of, Conn, Counts, End, Ended, Probe};
+use tests::{assert_about, ms, set_of, Conn, Counts, End, Ended, Probe};
 use tokio::time::Instant;
 use tower::ServiceBuilder;
 use tower_cancel::{CancelReason, CancelStack};
 use tower_cancel_io::{Framing, Server};
+
+/// Send the `hang` requests `ids`, each once the one before it runs, and wait until the last one runs.
+async fn hanging(conn: &mut Conn, probe: &Probe, ids: RangeInclusive<i64>) {
+    for id in ids {
+        conn.send(&format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"hang"}}"#))
+            .await;
+        probe.wait_started(id).await;
+    }
+}
 
 fn stopped_by_disconnect(probe: &Probe, ids: &[i64]) {
     for &id in ids {
@@ -27,17 +36,12 @@ async fn lsp_closing_the_sending_side_cancels_everything_in_flight() {
         .await;
     conn.expect(r#"{"jsonrpc":"2.0","id":1,"result":null}"#)
         .await;
-    for id in 2..=4 {
-        conn.send(&format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"hang"}}"#))
-            .await;
-        probe.wait_started(id).await;
-    }
+    hanging(&mut conn, &probe, 2..=4).await;
     assert_eq!(conn.registry().len(), 3);
     let counts_before = conn.counts();
 
     // The peer closes its end (as a client closing the server's stdin); it still reads what the server writes.
-    let registry = conn.registry().clone();
-    let rest = conn.finish().await;
+    let (rest, counts) = conn.finish_counted().await;
     // LSP answers a cancelled request, whatever the source: the replies the server could still write.
     assert_eq!(
         set_of(rest),
@@ -47,45 +51,19 @@ async fn lsp_closing_the_sending_side_cancels_everything_in_flight() {
     );
     stopped_by_disconnect(&probe, &[2, 3, 4]);
     assert_eq!(probe.running(), 0);
-    assert_eq!(
-        counts_before,
-        Counts {
-            registered: 4,
-            completed: 1,
-            ..Counts::default()
-        }
-    );
-    assert_eq!(
-        Counts::of(&registry),
-        Counts {
-            registered: 4,
-            completed: 1,
-            cancelled: 3,
-            ..Counts::default()
-        }
-    );
+    assert_eq!(counts_before, Counts::new(4, 1, 0));
+    assert_eq!(counts, Counts::new(4, 1, 3));
 }
 
 #[tokio::test(start_paused = true)]
 async fn mcp_closing_cancels_everything_in_flight_and_sends_nothing() {
     let probe = Probe::new();
     let mut conn = Conn::mcp(&probe);
-    for id in 1..=3 {
-        conn.send(&format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"hang"}}"#))
-            .await;
-        probe.wait_started(id).await;
-    }
+    hanging(&mut conn, &probe, 1..=3).await;
     let registry = conn.registry().clone();
     conn.finish_quiet().await;
     stopped_by_disconnect(&probe, &[1, 2, 3]);
-    assert_eq!(
-        Counts::of(&registry),
-        Counts {
-            registered: 3,
-            cancelled: 3,
-            ..Counts::default()
-        }
-    );
+    assert_eq!(Counts::of(&registry), Counts::new(3, 0, 3));
 }
 
 #[tokio::test(start_paused = true)]
@@ -94,22 +72,11 @@ async fn a_peer_that_vanishes_entirely_is_a_disconnect() {
     // is not an error of this side.
     let probe = Probe::new();
     let mut conn = Conn::acp(&probe);
-    for id in 1..=2 {
-        conn.send(&format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"hang"}}"#))
-            .await;
-        probe.wait_started(id).await;
-    }
+    hanging(&mut conn, &probe, 1..=2).await;
     let registry = conn.registry().clone();
     conn.vanish().await;
     stopped_by_disconnect(&probe, &[1, 2]);
-    assert_eq!(
-        Counts::of(&registry),
-        Counts {
-            registered: 2,
-            cancelled: 2,
-            ..Counts::default()
-        }
-    );
+    assert_eq!(Counts::of(&registry), Counts::new(2, 0, 2));
 }
 
 #[cfg(unix)]
@@ -133,38 +100,27 @@ async fn over_a_unix_socket_pair_dropping_the_write_half_is_a_disconnect() {
     conn.send(r#"{"jsonrpc":"2.0","id":2,"method":"hang"}"#)
         .await;
     probe.wait_started(2).await;
-    let registry = conn.registry().clone();
     // Dropping the client's `OwnedWriteHalf` shuts the socket down for writing: the server reads EOF.
-    let rest = conn.finish().await;
+    let (rest, counts) = conn.finish_counted().await;
     assert_eq!(
         rest,
         [r#"{"jsonrpc":"2.0","id":2,"error":{"code":-32800,"message":"Request cancelled"}}"#]
     );
     stopped_by_disconnect(&probe, &[2]);
-    assert_eq!(
-        Counts::of(&registry),
-        Counts {
-            registered: 2,
-            completed: 1,
-            cancelled: 1,
-            ..Counts::default()
-        }
-    );
+    assert_eq!(counts, Counts::new(2, 1, 1));
 }
 
 #[tokio::test(start_paused = true)]
 async fn cooperative_handlers_wind_down_on_disconnect() {
     let probe = Probe::new();
-    let mut conn = Conn::serve(
+    let mut conn = Conn::stack(
         CancelStack::lsp().cooperative(Duration::from_secs(5)),
         &probe,
-        Framing::ContentLength,
     );
     conn.send(r#"{"jsonrpc":"2.0","id":1,"method":"partial"}"#)
         .await;
     probe.wait_started(1).await;
-    let registry = conn.registry().clone();
-    let rest = conn.finish().await;
+    let (rest, counts) = conn.finish_counted().await;
     assert_eq!(
         rest,
         [r#"{"jsonrpc":"2.0","id":1,"result":{"partial":true}}"#]
@@ -177,14 +133,7 @@ async fn cooperative_handlers_wind_down_on_disconnect() {
             Some(CancelReason::Disconnect)
         )]
     );
-    assert_eq!(
-        Counts::of(&registry),
-        Counts {
-            registered: 1,
-            cancelled: 1,
-            ..Counts::default()
-        }
-    );
+    assert_eq!(counts, Counts::new(1, 0, 1));
 }
 
 #[tokio::test(start_paused = true)]
@@ -192,22 +141,19 @@ async fn what_cannot_be_cancelled_is_dropped_after_the_close_grace() {
     // `initialize` is never cancellable, so the disconnect does not reach it: it gets the close grace to finish,
     // and is dropped when the grace is over.
     let probe = Probe::new();
-    let service = ServiceBuilder::new()
-        .layer(CancelStack::lsp())
-        .service(probe.service());
-    let server = Server::new(service).close_grace(Duration::from_millis(500));
-    let mut conn = Conn::start(server, Framing::ContentLength);
+    let mut conn = Conn::serve_configured(
+        CancelStack::lsp(),
+        &probe,
+        Framing::ContentLength,
+        |server| server.close_grace(ms(500)),
+    );
     conn.send(r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"ms":60000}}"#)
         .await;
     probe.wait_started(0).await;
     let registry = conn.registry().clone();
     let closed_at = Instant::now();
     conn.finish_quiet().await;
-    let elapsed = closed_at.elapsed();
-    assert!(
-        elapsed >= Duration::from_millis(500) && elapsed <= Duration::from_millis(501),
-        "{elapsed:?}"
-    );
+    assert_about(closed_at.elapsed(), ms(500));
     assert_eq!(probe.ended(), [Ended::stopped(0, "initialize", None)]);
     assert_eq!(Counts::of(&registry), Counts::default(), "never registered");
 }

@@ -6,10 +6,9 @@
 //! each dialect, what the other side's handler and registry see, and the late replies; at the end of every test
 //! both registries and both pending tables are empty.
 
-use std::time::Duration;
-
 use serde_json::json;
 use tests::{
+    assert_about, ms,
     pair::{settle, Pair, PeerCounts, Side, Tap},
     Conn, Counts, Ended, Probe,
 };
@@ -20,18 +19,6 @@ use tower_cancel::{
     CancelReason, CancelStack, ErrorObject, PeerError,
 };
 use tower_cancel_io::Framing;
-
-fn ms(ms: u64) -> Duration {
-    Duration::from_millis(ms)
-}
-
-/// Virtual time is exact up to the timer wheel's 1 ms resolution.
-fn assert_about(elapsed: Duration, expected: Duration) {
-    assert!(
-        elapsed >= expected && elapsed <= expected + ms(1),
-        "{elapsed:?} instead of {expected:?}"
-    );
-}
 
 const HANG_0: &str = r#"{"jsonrpc":"2.0","id":0,"method":"hang"}"#;
 const LSP_CANCEL_0: &str = r#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":0}}"#;
@@ -111,96 +98,82 @@ async fn dropping_a_call_cancels_it(
         callee.probe.ended_of(0),
         Some(Ended::stopped(0, "hang", Some(reason)))
     );
-    assert_eq!(
-        callee.counts(),
-        Counts {
-            registered: 1,
-            cancelled: 1,
-            ..Counts::default()
-        }
-    );
+    assert_eq!(callee.counts(), Counts::new(1, 0, 1));
     assert_eq!(
         caller.peer_counts(),
-        PeerCounts {
-            sent: 1,
-            cancels_sent: 1,
-            late_replies: u64::from(reply.is_some()),
-            pending: 0,
-        }
+        PeerCounts::new(1, 1, u64::from(reply.is_some()))
     );
     pair.finish().await;
 }
 
+/// LSP and ACP: the handler is stopped with no reason text, and the peer's -32800 comes late.
+async fn dropping_a_call_cancels_it_and_the_reply_is_late(
+    pair: Pair,
+    direction: Direction,
+    cancel: &str,
+) {
+    let reason = CancelReason::peer(None);
+    dropping_a_call_cancels_it(pair, direction, cancel, Some(CANCELLED_0), reason).await;
+}
+
+/// MCP: the cancel says the caller went away, and nothing comes back.
+async fn mcp_dropping_a_call_cancels_it(direction: Direction) {
+    let reason = "caller went away";
+    let (cancel, reason_seen) = (
+        mcp_cancel_0(reason),
+        CancelReason::peer(Some(reason.into())),
+    );
+    dropping_a_call_cancels_it(Pair::mcp(), direction, &cancel, None, reason_seen).await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn lsp_dropping_a_call_to_the_server_sends_one_cancel_and_drops_the_late_reply() {
-    dropping_a_call_cancels_it(
+    dropping_a_call_cancels_it_and_the_reply_is_late(
         Pair::lsp(),
         Direction::ToServer,
         LSP_CANCEL_0,
-        Some(CANCELLED_0),
-        CancelReason::peer(None),
     )
     .await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn lsp_dropping_a_call_to_the_client_sends_one_cancel_and_drops_the_late_reply() {
-    dropping_a_call_cancels_it(
+    dropping_a_call_cancels_it_and_the_reply_is_late(
         Pair::lsp(),
         Direction::ToClient,
         LSP_CANCEL_0,
-        Some(CANCELLED_0),
-        CancelReason::peer(None),
     )
     .await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn acp_dropping_a_call_to_the_agent_sends_one_cancel_and_drops_the_late_reply() {
-    dropping_a_call_cancels_it(
+    dropping_a_call_cancels_it_and_the_reply_is_late(
         Pair::acp(),
         Direction::ToServer,
         ACP_CANCEL_0,
-        Some(CANCELLED_0),
-        CancelReason::peer(None),
     )
     .await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn acp_dropping_a_call_to_the_client_sends_one_cancel_and_drops_the_late_reply() {
-    dropping_a_call_cancels_it(
+    dropping_a_call_cancels_it_and_the_reply_is_late(
         Pair::acp(),
         Direction::ToClient,
         ACP_CANCEL_0,
-        Some(CANCELLED_0),
-        CancelReason::peer(None),
     )
     .await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn mcp_dropping_a_call_to_the_server_sends_one_cancel_with_a_reason_and_gets_no_reply() {
-    dropping_a_call_cancels_it(
-        Pair::mcp(),
-        Direction::ToServer,
-        &mcp_cancel_0("caller went away"),
-        None,
-        CancelReason::peer(Some("caller went away".into())),
-    )
-    .await;
+    mcp_dropping_a_call_cancels_it(Direction::ToServer).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn mcp_dropping_a_call_to_the_client_sends_one_cancel_with_a_reason_and_gets_no_reply() {
-    dropping_a_call_cancels_it(
-        Pair::mcp(),
-        Direction::ToClient,
-        &mcp_cancel_0("caller went away"),
-        None,
-        CancelReason::peer(Some("caller went away".into())),
-    )
-    .await;
+    mcp_dropping_a_call_cancels_it(Direction::ToClient).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -224,20 +197,8 @@ async fn a_call_answered_before_it_is_dropped_sends_no_cancel() {
         .expect(r#"{"jsonrpc":"2.0","id":0,"method":"nope"}"#)
         .await;
     pair.to_server.next().await;
-    assert_eq!(
-        pair.client.peer_counts(),
-        PeerCounts {
-            sent: 1,
-            ..PeerCounts::default()
-        }
-    );
-    assert_eq!(
-        pair.server.peer_counts(),
-        PeerCounts {
-            sent: 1,
-            ..PeerCounts::default()
-        }
-    );
+    assert_eq!(pair.client.peer_counts(), PeerCounts::new(1, 0, 0));
+    assert_eq!(pair.server.peer_counts(), PeerCounts::new(1, 0, 0));
     pair.finish().await;
 }
 
@@ -265,14 +226,7 @@ async fn a_cancel_token_cancels_the_call_and_lsp_waits_for_the_peers_answer() {
         pair.server.probe.ended_of(0),
         Some(Ended::stopped(0, "hang", Some(CancelReason::peer(None))))
     );
-    assert_eq!(
-        pair.client.peer_counts(),
-        PeerCounts {
-            sent: 1,
-            cancels_sent: 1,
-            ..PeerCounts::default()
-        }
-    );
+    assert_eq!(pair.client.peer_counts(), PeerCounts::new(1, 1, 0));
     pair.finish().await;
 }
 
@@ -302,22 +256,10 @@ async fn a_timeout_waits_for_the_peers_answer(mut pair: Pair, cancel: &str, defa
         pair.server.probe.ended_of(0),
         Some(Ended::stopped(0, "hang", Some(CancelReason::peer(None))))
     );
-    assert_eq!(
-        pair.server.counts(),
-        Counts {
-            registered: 1,
-            cancelled: 1,
-            ..Counts::default()
-        }
-    );
+    assert_eq!(pair.server.counts(), Counts::new(1, 0, 1));
     assert_eq!(
         pair.client.peer_counts(),
-        PeerCounts {
-            sent: 1,
-            cancels_sent: 1,
-            late_replies: 0,
-            pending: 0,
-        },
+        PeerCounts::new(1, 1, 0),
         "the reply was awaited, not late"
     );
     pair.finish().await;
@@ -378,14 +320,7 @@ async fn mcp_a_timeout_stops_at_once(default: bool) {
             Some(CancelReason::peer(Some("timed out".into())))
         ))
     );
-    assert_eq!(
-        pair.client.peer_counts(),
-        PeerCounts {
-            sent: 1,
-            cancels_sent: 1,
-            ..PeerCounts::default()
-        }
-    );
+    assert_eq!(pair.client.peer_counts(), PeerCounts::new(1, 1, 0));
     pair.finish().await;
 }
 
@@ -431,14 +366,7 @@ async fn a_calls_own_timeout_wins_over_the_default_and_other_handles_keep_none()
     pair.to_client.next().await;
     pair.to_client.next().await;
     assert_eq!(pair.to_server.count_method("$/cancelRequest"), 2);
-    assert_eq!(
-        pair.client.peer_counts(),
-        PeerCounts {
-            sent: 3,
-            cancels_sent: 2,
-            ..PeerCounts::default()
-        }
-    );
+    assert_eq!(pair.client.peer_counts(), PeerCounts::new(3, 2, 0));
     pair.finish().await;
 }
 
@@ -460,15 +388,7 @@ async fn lsp_stop_waiting_on_cancel_stops_at_once_and_the_peers_reply_is_late() 
     // The server still answers, as LSP says; the caller no longer listens.
     pair.to_client.expect(CANCELLED_0).await;
     settle().await;
-    assert_eq!(
-        pair.client.peer_counts(),
-        PeerCounts {
-            sent: 1,
-            cancels_sent: 1,
-            late_replies: 1,
-            pending: 0,
-        }
-    );
+    assert_eq!(pair.client.peer_counts(), PeerCounts::new(1, 1, 1));
     assert_eq!(
         pair.server.probe.ended_of(0),
         Some(Ended::stopped(0, "hang", Some(CancelReason::peer(None))))
@@ -494,15 +414,7 @@ async fn acp_stop_waiting_on_cancel_with_a_token_rejects_at_once() {
     pair.to_client.expect(ACP_CANCEL_0).await;
     pair.to_server.expect(CANCELLED_0).await;
     settle().await;
-    assert_eq!(
-        pair.server.peer_counts(),
-        PeerCounts {
-            sent: 1,
-            cancels_sent: 1,
-            late_replies: 1,
-            pending: 0,
-        }
-    );
+    assert_eq!(pair.server.peer_counts(), PeerCounts::new(1, 1, 1));
     pair.finish().await;
 }
 
@@ -545,23 +457,8 @@ async fn a_detached_call_runs_to_completion(mut pair: Pair, direction: Direction
         callee.probe.ended_of(0),
         Some(Ended::finished(0, "sleep", None))
     );
-    assert_eq!(
-        callee.counts(),
-        Counts {
-            registered: 1,
-            completed: 1,
-            ..Counts::default()
-        }
-    );
-    assert_eq!(
-        caller.peer_counts(),
-        PeerCounts {
-            sent: 1,
-            cancels_sent: 0,
-            late_replies: 1,
-            pending: 0,
-        }
-    );
+    assert_eq!(callee.counts(), Counts::new(1, 1, 0));
+    assert_eq!(caller.peer_counts(), PeerCounts::new(1, 0, 1));
     pair.finish().await;
 }
 
@@ -614,15 +511,7 @@ async fn initialize_is_never_cancelled(mut pair: Pair) {
             Ended::finished(1, "initialize", None)
         ]
     );
-    assert_eq!(
-        pair.client.peer_counts(),
-        PeerCounts {
-            sent: 2,
-            cancels_sent: 0,
-            late_replies: 2,
-            pending: 0,
-        }
-    );
+    assert_eq!(pair.client.peer_counts(), PeerCounts::new(2, 0, 2));
     pair.finish().await;
 }
 
@@ -796,14 +685,7 @@ async fn acp_draft_agent_learns_from_the_initialize_params(client_declares: bool
     assert_eq!(stats.cancels_sent, if client_declares { 2 } else { 0 });
     assert_eq!(stats.late_replies, 2);
     assert_eq!(stats.pending, 0);
-    assert_eq!(
-        client.counts(),
-        Counts {
-            registered: 1,
-            cancelled: 1,
-            ..Counts::default()
-        }
-    );
+    assert_eq!(client.counts(), Counts::new(1, 0, 1));
     client.finish_quiet().await;
 }
 
@@ -949,13 +831,7 @@ async fn when_the_connection_closes_every_pending_call_fails_with_closed() {
     // Neither the timeout nor the token sends anything for a call that already failed.
     tokio::time::sleep(ms(200)).await;
     token.cancel();
-    assert_eq!(
-        pair.client.peer_counts(),
-        PeerCounts {
-            sent: 3,
-            ..PeerCounts::default()
-        }
-    );
+    assert_eq!(pair.client.peer_counts(), PeerCounts::new(3, 0, 0));
     assert_eq!(pair.server.peer_counts().cancels_sent, 0);
     // A call made after the close fails at once, and nothing is sent.
     let sent = pair.client.peer.stats().sent;

@@ -7,22 +7,9 @@
 
 use std::time::Duration;
 
-use tests::{Conn, Counts, Ended, Probe};
+use tests::{assert_about, ms, Conn, Counts, Ended, Probe};
 use tokio::time::Instant;
 use tower_cancel::{timeout::TimeoutLayer, CancelReason, CancelStack};
-use tower_cancel_io::Framing;
-
-fn ms(ms: u64) -> Duration {
-    Duration::from_millis(ms)
-}
-
-/// Virtual time is exact up to the timer wheel's 1 ms resolution.
-fn assert_about(elapsed: Duration, expected: Duration) {
-    assert!(
-        elapsed >= expected && elapsed <= expected + ms(1),
-        "{elapsed:?} instead of {expected:?}"
-    );
-}
 
 /// An idle timeout of 100 ms, cut at `max` in all.
 fn idle(max: Duration) -> TimeoutLayer {
@@ -30,19 +17,11 @@ fn idle(max: Duration) -> TimeoutLayer {
 }
 
 fn mcp(probe: &Probe, timeouts: TimeoutLayer) -> Conn {
-    Conn::serve(
-        CancelStack::mcp().timeouts(timeouts),
-        probe,
-        Framing::Ndjson,
-    )
+    Conn::stack(CancelStack::mcp().timeouts(timeouts), probe)
 }
 
 fn lsp(probe: &Probe, timeouts: TimeoutLayer) -> Conn {
-    Conn::serve(
-        CancelStack::lsp().timeouts(timeouts),
-        probe,
-        Framing::ContentLength,
-    )
+    Conn::stack(CancelStack::lsp().timeouts(timeouts), probe)
 }
 
 fn mcp_progress(token: &str, step: u64, total: u64) -> String {
@@ -55,6 +34,51 @@ fn lsp_progress(token: &str, value: &str) -> String {
     format!(
         r#"{{"jsonrpc":"2.0","method":"$/progress","params":{{"token":{token},"value":{value}}}}}"#
     )
+}
+
+/// LSP's `$/progress` for report `step` of `total`: `begin` (titled "step 1") for the first, `report` after it.
+fn lsp_report(token: &str, step: u64, total: u64) -> String {
+    let percentage = step * 100 / total;
+    let value = if step == 1 {
+        format!(r#"{{"kind":"begin","percentage":{percentage},"title":"step 1"}}"#)
+    } else {
+        format!(r#"{{"kind":"report","message":"step {step}","percentage":{percentage}}}"#)
+    };
+    lsp_progress(token, &value)
+}
+
+/// LSP's `$/progress` `end`, sent when the handler drops its handle (stopped or not), before the reply.
+fn lsp_end(token: &str) -> String {
+    lsp_progress(token, r#"{"kind":"end"}"#)
+}
+
+/// Request 7 (`request`: 10 steps, one every 60 ms) under an idle timeout of 100 ms cut at 250 ms in all: the
+/// reports at 60, 120, 180 and 240 ms (`report(step)`) each push the deadline back to 100 ms later, but 250 ms is
+/// the end. Then `end` (where the dialect ends its progress) and the timeout's `reply`, at 250 ms.
+async fn cut_at_the_maximum(
+    mut conn: Conn,
+    probe: &Probe,
+    request: &str,
+    report: impl Fn(u64) -> String,
+    end: Option<String>,
+    reply: &str,
+) {
+    let sent = Instant::now();
+    conn.send(request).await;
+    for step in 1..=4 {
+        conn.expect(&report(step)).await;
+        assert_about(sent.elapsed(), ms(60 * step));
+    }
+    if let Some(end) = end {
+        conn.expect(&end).await;
+    }
+    conn.expect(reply).await;
+    assert_about(sent.elapsed(), ms(250));
+    assert_eq!(
+        probe.ended(),
+        [Ended::stopped(7, "progress", Some(CancelReason::Timeout))]
+    );
+    conn.finish_counting(Counts::new(1, 0, 1)).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -75,51 +99,21 @@ async fn mcp_progress_keeps_a_request_alive_past_its_idle_timeout() {
         .await;
     assert_about(sent.elapsed(), ms(300));
     assert_eq!(probe.ended(), [Ended::finished(7, "progress", None)]);
-
-    let counts = conn.counts();
-    conn.finish_quiet().await;
-    assert_eq!(
-        counts,
-        Counts {
-            registered: 1,
-            completed: 1,
-            ..Counts::default()
-        }
-    );
+    conn.finish_counting(Counts::new(1, 1, 0)).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn mcp_progress_never_keeps_a_request_past_the_maximum() {
     let probe = Probe::new();
-    let mut conn = mcp(&probe, idle(ms(250)));
-    let sent = Instant::now();
-    conn.send(r#"{"jsonrpc":"2.0","id":7,"method":"progress","params":{"steps":10,"every":60,"_meta":{"progressToken":42}}}"#)
-        .await;
-    // Reports at 60, 120, 180, 240 ms: each one would push the deadline to 100 ms later, but 250 ms is the end.
-    for step in 1..=4 {
-        conn.expect(&mcp_progress("42", step, 10)).await;
-        assert_about(sent.elapsed(), ms(60 * step));
-    }
-    conn.expect(
+    cut_at_the_maximum(
+        mcp(&probe, idle(ms(250))),
+        &probe,
+        r#"{"jsonrpc":"2.0","id":7,"method":"progress","params":{"steps":10,"every":60,"_meta":{"progressToken":42}}}"#,
+        |step| mcp_progress("42", step, 10),
+        None,
         r#"{"jsonrpc":"2.0","id":7,"error":{"code":-32001,"message":"Request timed out"}}"#,
     )
     .await;
-    assert_about(sent.elapsed(), ms(250));
-    assert_eq!(
-        probe.ended(),
-        [Ended::stopped(7, "progress", Some(CancelReason::Timeout))]
-    );
-
-    let counts = conn.counts();
-    conn.finish_quiet().await;
-    assert_eq!(
-        counts,
-        Counts {
-            registered: 1,
-            cancelled: 1,
-            ..Counts::default()
-        }
-    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -139,16 +133,7 @@ async fn mcp_a_gap_longer_than_the_idle_window_times_out() {
         probe.ended(),
         [Ended::stopped(7, "progress", Some(CancelReason::Timeout))]
     );
-    let counts = conn.counts();
-    conn.finish_quiet().await;
-    assert_eq!(
-        counts,
-        Counts {
-            registered: 1,
-            cancelled: 1,
-            ..Counts::default()
-        }
-    );
+    conn.finish_counting(Counts::new(1, 0, 1)).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -184,16 +169,7 @@ async fn mcp_without_a_progress_token_nothing_is_sent() {
             .map(|id| Ended::finished(id, "progress", None))
             .collect::<Vec<_>>()
     );
-    let counts = conn.counts();
-    conn.finish_quiet().await;
-    assert_eq!(
-        counts,
-        Counts {
-            registered: 4,
-            completed: 4,
-            ..Counts::default()
-        }
-    );
+    conn.finish_counting(Counts::new(4, 4, 0)).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -223,17 +199,7 @@ async fn without_a_progress_token_the_idle_timeout_is_reset_only_by_touch() {
             Ended::finished(2, "progress", None)
         ]
     );
-    let counts = conn.counts();
-    conn.finish_quiet().await;
-    assert_eq!(
-        counts,
-        Counts {
-            registered: 2,
-            completed: 1,
-            cancelled: 1,
-            ..Counts::default()
-        }
-    );
+    conn.finish_counting(Counts::new(2, 1, 1)).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -242,24 +208,11 @@ async fn lsp_work_done_progress_begins_reports_and_ends() {
     let mut conn = lsp(&probe, TimeoutLayer::none());
     conn.send(r#"{"jsonrpc":"2.0","id":7,"method":"progress","params":{"steps":3,"every":10,"workDoneToken":"wd-1"}}"#)
         .await;
-    let token = r#""wd-1""#;
-    conn.expect(&lsp_progress(
-        token,
-        r#"{"kind":"begin","percentage":33,"title":"step 1"}"#,
-    ))
-    .await;
-    conn.expect(&lsp_progress(
-        token,
-        r#"{"kind":"report","message":"step 2","percentage":66}"#,
-    ))
-    .await;
-    conn.expect(&lsp_progress(
-        token,
-        r#"{"kind":"report","message":"step 3","percentage":100}"#,
-    ))
-    .await;
-    // `end` when the handler drops its handle, before the reply.
-    conn.expect(&lsp_progress(token, r#"{"kind":"end"}"#)).await;
+    // begin at 33 %, report at 66 % and 100 %, then `end` when the handler drops its handle, before the reply.
+    for step in 1..=3 {
+        conn.expect(&lsp_report(r#""wd-1""#, step, 3)).await;
+    }
+    conn.expect(&lsp_end(r#""wd-1""#)).await;
     conn.expect(r#"{"jsonrpc":"2.0","id":7,"result":{"reports":3,"token":"wd-1"}}"#)
         .await;
 
@@ -268,12 +221,8 @@ async fn lsp_work_done_progress_begins_reports_and_ends() {
         r#"{"jsonrpc":"2.0","id":8,"method":"progress","params":{"steps":1,"workDoneToken":5}}"#,
     )
     .await;
-    conn.expect(&lsp_progress(
-        "5",
-        r#"{"kind":"begin","percentage":100,"title":"step 1"}"#,
-    ))
-    .await;
-    conn.expect(&lsp_progress("5", r#"{"kind":"end"}"#)).await;
+    conn.expect(&lsp_report("5", 1, 1)).await;
+    conn.expect(&lsp_end("5")).await;
     conn.expect(r#"{"jsonrpc":"2.0","id":8,"result":{"reports":1,"token":5}}"#)
         .await;
 
@@ -284,16 +233,7 @@ async fn lsp_work_done_progress_begins_reports_and_ends() {
             Ended::finished(8, "progress", None)
         ]
     );
-    let counts = conn.counts();
-    conn.finish_quiet().await;
-    assert_eq!(
-        counts,
-        Counts {
-            registered: 2,
-            completed: 2,
-            ..Counts::default()
-        }
-    );
+    conn.finish_counting(Counts::new(2, 2, 0)).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -319,63 +259,22 @@ async fn lsp_without_a_work_done_token_nothing_is_sent() {
             .map(|id| Ended::finished(id, "progress", None))
             .collect::<Vec<_>>()
     );
-    let counts = conn.counts();
-    conn.finish_quiet().await;
-    assert_eq!(
-        counts,
-        Counts {
-            registered: 3,
-            completed: 3,
-            ..Counts::default()
-        }
-    );
+    conn.finish_counting(Counts::new(3, 3, 0)).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn lsp_progress_keeps_a_request_alive_and_ends_when_it_is_cut_at_the_maximum() {
-    let probe = Probe::new();
-    let mut conn = lsp(&probe, idle(ms(250)));
-    let sent = Instant::now();
-    conn.send(r#"{"jsonrpc":"2.0","id":7,"method":"progress","params":{"steps":10,"every":60,"workDoneToken":"wd-1"}}"#)
-        .await;
-    let token = r#""wd-1""#;
-    conn.expect(&lsp_progress(
-        token,
-        r#"{"kind":"begin","percentage":10,"title":"step 1"}"#,
-    ))
-    .await;
-    for step in 2..=4 {
-        conn.expect(&lsp_progress(
-            token,
-            &format!(
-                r#"{{"kind":"report","message":"step {step}","percentage":{}}}"#,
-                step * 10
-            ),
-        ))
-        .await;
-        assert_about(sent.elapsed(), ms(60 * step));
-    }
     // Stopped at the maximum: its handle is dropped with it, so the progress still ends, before the reply.
-    conn.expect(&lsp_progress(token, r#"{"kind":"end"}"#)).await;
-    conn.expect(
+    let probe = Probe::new();
+    cut_at_the_maximum(
+        lsp(&probe, idle(ms(250))),
+        &probe,
+        r#"{"jsonrpc":"2.0","id":7,"method":"progress","params":{"steps":10,"every":60,"workDoneToken":"wd-1"}}"#,
+        |step| lsp_report(r#""wd-1""#, step, 10),
+        Some(lsp_end(r#""wd-1""#)),
         r#"{"jsonrpc":"2.0","id":7,"error":{"code":-32800,"message":"Request cancelled"}}"#,
     )
     .await;
-    assert_about(sent.elapsed(), ms(250));
-    assert_eq!(
-        probe.ended(),
-        [Ended::stopped(7, "progress", Some(CancelReason::Timeout))]
-    );
-    let counts = conn.counts();
-    conn.finish_quiet().await;
-    assert_eq!(
-        counts,
-        Counts {
-            registered: 1,
-            cancelled: 1,
-            ..Counts::default()
-        }
-    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -384,15 +283,10 @@ async fn lsp_a_peer_cancel_ends_the_progress_too() {
     let mut conn = lsp(&probe, TimeoutLayer::none());
     conn.send(r#"{"jsonrpc":"2.0","id":7,"method":"progress","params":{"steps":10,"every":60,"workDoneToken":"wd-1"}}"#)
         .await;
-    conn.expect(&lsp_progress(
-        r#""wd-1""#,
-        r#"{"kind":"begin","percentage":10,"title":"step 1"}"#,
-    ))
-    .await;
+    conn.expect(&lsp_report(r#""wd-1""#, 1, 10)).await;
     conn.send(r#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":7}}"#)
         .await;
-    conn.expect(&lsp_progress(r#""wd-1""#, r#"{"kind":"end"}"#))
-        .await;
+    conn.expect(&lsp_end(r#""wd-1""#)).await;
     conn.expect(
         r#"{"jsonrpc":"2.0","id":7,"error":{"code":-32800,"message":"Request cancelled"}}"#,
     )
@@ -405,16 +299,7 @@ async fn lsp_a_peer_cancel_ends_the_progress_too() {
             Some(CancelReason::peer(None))
         )]
     );
-    let counts = conn.counts();
-    conn.finish_quiet().await;
-    assert_eq!(
-        counts,
-        Counts {
-            registered: 1,
-            cancelled: 1,
-            ..Counts::default()
-        }
-    );
+    conn.finish_counting(Counts::new(1, 0, 1)).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -426,16 +311,7 @@ async fn acp_has_no_progress_notification() {
     conn.expect(r#"{"jsonrpc":"2.0","id":1,"result":{"reports":0,"token":null}}"#)
         .await;
     assert_eq!(probe.ended(), [Ended::finished(1, "progress", None)]);
-    let counts = conn.counts();
-    conn.finish_quiet().await;
-    assert_eq!(
-        counts,
-        Counts {
-            registered: 1,
-            completed: 1,
-            ..Counts::default()
-        }
-    );
+    conn.finish_counting(Counts::new(1, 1, 0)).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -443,33 +319,19 @@ async fn reports_after_the_request_was_cancelled_are_not_sent() {
     // Cooperative mode: the handler ignores its token and goes on reporting within its grace; once the request is
     // cancelled (here at its maximum, 250 ms) its reports are not sent, and it answers a partial result at 600 ms.
     let probe = Probe::new();
-    let mut conn = Conn::serve(
+    let mut conn = Conn::stack(
         CancelStack::lsp()
             .timeouts(idle(ms(250)))
             .cooperative(ms(1000)),
         &probe,
-        Framing::ContentLength,
     );
     let sent = Instant::now();
     conn.send(r#"{"jsonrpc":"2.0","id":7,"method":"progress","params":{"steps":10,"every":60,"workDoneToken":"wd-1"}}"#)
         .await;
-    let token = r#""wd-1""#;
-    conn.expect(&lsp_progress(
-        token,
-        r#"{"kind":"begin","percentage":10,"title":"step 1"}"#,
-    ))
-    .await;
-    for step in 2..=4 {
-        conn.expect(&lsp_progress(
-            token,
-            &format!(
-                r#"{{"kind":"report","message":"step {step}","percentage":{}}}"#,
-                step * 10
-            ),
-        ))
-        .await;
+    for step in 1..=4 {
+        conn.expect(&lsp_report(r#""wd-1""#, step, 10)).await;
     }
-    conn.expect(&lsp_progress(token, r#"{"kind":"end"}"#)).await;
+    conn.expect(&lsp_end(r#""wd-1""#)).await;
     conn.expect(r#"{"jsonrpc":"2.0","id":7,"result":{"reports":4,"token":"wd-1"}}"#)
         .await;
     assert_about(sent.elapsed(), ms(600));
@@ -477,14 +339,5 @@ async fn reports_after_the_request_was_cancelled_are_not_sent() {
         probe.ended(),
         [Ended::finished(7, "progress", Some(CancelReason::Timeout))]
     );
-    let counts = conn.counts();
-    conn.finish_quiet().await;
-    assert_eq!(
-        counts,
-        Counts {
-            registered: 1,
-            cancelled: 1,
-            ..Counts::default()
-        }
-    );
+    conn.finish_counting(Counts::new(1, 0, 1)).await;
 }

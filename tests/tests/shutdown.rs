@@ -4,22 +4,10 @@
 
 use std::time::Duration;
 
-use tests::{set_of, Conn, Counts, Ended, Probe};
+use tests::{assert_about, ms, set_of, Conn, Counts, Ended, Probe};
 use tokio::time::Instant;
 use tower_cancel::{dialect::Lsp, CancelReason, CancelStack};
 use tower_cancel_io::{Framing, ShutdownHandle};
-
-fn ms(ms: u64) -> Duration {
-    Duration::from_millis(ms)
-}
-
-/// Virtual time is exact up to the timer wheel's 1 ms resolution.
-fn assert_about(elapsed: Duration, expected: Duration) {
-    assert!(
-        elapsed >= expected && elapsed <= expected + ms(1),
-        "{elapsed:?} instead of {expected:?}"
-    );
-}
 
 /// `stack` over `probe`, served with a drain timeout of 1 s; and the connection's shutdown handle.
 fn serve<L>(stack: L, probe: &Probe, framing: Framing) -> (Conn, ShutdownHandle)
@@ -86,15 +74,7 @@ async fn drains_then_cancels(
     );
     assert_eq!(probe.running(), 0);
     assert!(registry.is_empty());
-    assert_eq!(
-        Counts::of(&registry),
-        Counts {
-            registered: 3,
-            completed: 1,
-            cancelled: 2,
-            ..Counts::default()
-        }
-    );
+    assert_eq!(Counts::of(&registry), Counts::new(3, 1, 2));
 }
 
 #[tokio::test(start_paused = true)]
@@ -149,14 +129,7 @@ async fn when_everything_is_done_within_the_drain_the_connection_closes_at_once(
             Ended::finished(2, "sleep", None)
         ]
     );
-    assert_eq!(
-        Counts::of(&registry),
-        Counts {
-            registered: 2,
-            completed: 2,
-            ..Counts::default()
-        }
-    );
+    assert_eq!(Counts::of(&registry), Counts::new(2, 2, 0));
 }
 
 #[tokio::test(start_paused = true)]
@@ -208,15 +181,7 @@ async fn a_request_written_during_the_drain_is_answered_as_shut_down_and_never_r
         ]
     );
     assert_eq!(probe.started(), 1, "request 2 never started");
-    assert_eq!(
-        Counts::of(&registry),
-        Counts {
-            registered: 2,
-            completed: 1,
-            cancelled: 1,
-            ..Counts::default()
-        }
-    );
+    assert_eq!(Counts::of(&registry), Counts::new(2, 1, 1));
 }
 
 #[tokio::test(start_paused = true)]
@@ -248,15 +213,7 @@ async fn a_peers_cancel_still_reaches_a_request_during_the_drain() {
             Some(CancelReason::peer(Some("no longer needed".into())))
         ))
     );
-    assert_eq!(
-        Counts::of(&registry),
-        Counts {
-            registered: 2,
-            completed: 1,
-            cancelled: 1,
-            ..Counts::default()
-        }
-    );
+    assert_eq!(Counts::of(&registry), Counts::new(2, 1, 1));
 }
 
 #[tokio::test(start_paused = true)]
@@ -292,14 +249,7 @@ async fn a_timeout_during_the_drain_is_still_a_timeout() {
             Ended::stopped(2, "other", Some(CancelReason::Shutdown))
         ]
     );
-    assert_eq!(
-        Counts::of(&registry),
-        Counts {
-            registered: 2,
-            cancelled: 2,
-            ..Counts::default()
-        }
-    );
+    assert_eq!(Counts::of(&registry), Counts::new(2, 0, 2));
 }
 
 #[tokio::test(start_paused = true)]
@@ -328,14 +278,7 @@ async fn lsp_server_cancellable_methods_get_server_cancelled_without_retrigger_o
             error(2, LSP_CANCELLED),
         ])
     );
-    assert_eq!(
-        Counts::of(&registry),
-        Counts {
-            registered: 2,
-            cancelled: 2,
-            ..Counts::default()
-        }
-    );
+    assert_eq!(Counts::of(&registry), Counts::new(2, 0, 2));
 }
 
 #[tokio::test(start_paused = true)]
@@ -369,14 +312,7 @@ async fn cooperative_handlers_wind_down_within_their_grace_after_the_drain() {
             Ended::stopped(2, "hang", Some(CancelReason::Shutdown))
         ]
     );
-    assert_eq!(
-        Counts::of(&registry),
-        Counts {
-            registered: 2,
-            cancelled: 2,
-            ..Counts::default()
-        }
-    );
+    assert_eq!(Counts::of(&registry), Counts::new(2, 0, 2));
 }
 
 #[tokio::test(start_paused = true)]

@@ -5,10 +5,14 @@
 use std::time::Duration;
 
 use serde_json::json;
-use tests::{Conn, Counts, End, Ended, Probe};
+use tests::{assert_about, ms, Conn, Counts, End, Ended, Probe, Spoken};
 use tokio::time::Instant;
 use tower::ServiceBuilder;
-use tower_cancel::{dialect::Lsp, timeout::TimeoutLayer, CancelReason, CancelStack};
+use tower_cancel::{
+    dialect::{Lsp, Mcp},
+    timeout::TimeoutLayer,
+    CancelReason, CancelStack,
+};
 use tower_cancel_io::{Framing, Server};
 
 const LSP_CANCELLED_7: &str =
@@ -16,32 +20,14 @@ const LSP_CANCELLED_7: &str =
 const MCP_TIMED_OUT_7: &str =
     r#"{"jsonrpc":"2.0","id":7,"error":{"code":-32001,"message":"Request timed out"}}"#;
 
-fn ms(ms: u64) -> Duration {
-    Duration::from_millis(ms)
-}
-
-/// Virtual time is exact up to the timer wheel's 1 ms resolution.
-fn assert_about(elapsed: Duration, expected: Duration) {
-    assert!(
-        elapsed >= expected && elapsed <= expected + ms(1),
-        "{elapsed:?} instead of {expected:?}"
-    );
-}
+const HANG_7: &str = r#"{"jsonrpc":"2.0","id":7,"method":"hang"}"#;
 
 fn lsp(probe: &Probe, timeouts: TimeoutLayer) -> Conn {
-    Conn::serve(
-        CancelStack::lsp().timeouts(timeouts),
-        probe,
-        Framing::ContentLength,
-    )
+    Conn::stack(CancelStack::lsp().timeouts(timeouts), probe)
 }
 
 fn mcp(probe: &Probe, timeouts: TimeoutLayer) -> Conn {
-    Conn::serve(
-        CancelStack::mcp().timeouts(timeouts),
-        probe,
-        Framing::Ndjson,
-    )
+    Conn::stack(CancelStack::mcp().timeouts(timeouts), probe)
 }
 
 /// Send request 7 (`hang`), check it times out after exactly `after` with `reply`, that its handler was stopped
@@ -59,8 +45,7 @@ async fn times_out_showing(
     shown: bool,
 ) {
     let sent = Instant::now();
-    conn.send(r#"{"jsonrpc":"2.0","id":7,"method":"hang"}"#)
-        .await;
+    conn.send(HANG_7).await;
     probe.wait_started(7).await;
     assert_eq!(probe.deadline_of(7), shown.then_some(sent + after));
     assert!(conn.registry().contains(&7.into()));
@@ -74,17 +59,8 @@ async fn times_out_showing(
         conn.registry().is_empty(),
         "removed as soon as it is answered"
     );
-    let registered_before = conn.counts().registered;
-    let counts = conn.counts();
-    conn.finish_quiet().await;
-    assert_eq!(
-        counts,
-        Counts {
-            registered: registered_before,
-            cancelled: 1,
-            ..Counts::default()
-        }
-    );
+    let registered = conn.counts().registered;
+    conn.finish_counting(Counts::new(registered, 0, 1)).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -97,32 +73,14 @@ async fn lsp_the_default_timeout_answers_request_cancelled() {
 #[tokio::test(start_paused = true)]
 async fn acp_the_default_timeout_answers_request_cancelled() {
     let probe = Probe::new();
-    let conn = Conn::serve(
-        CancelStack::acp().timeout(ms(1000)),
-        &probe,
-        Framing::Ndjson,
-    );
-    times_out(
-        conn,
-        &probe,
-        ms(1000),
-        r#"{"jsonrpc":"2.0","id":7,"error":{"code":-32800,"message":"Request cancelled"}}"#,
-    )
-    .await;
+    let conn = Conn::stack(CancelStack::acp().timeout(ms(1000)), &probe);
+    times_out(conn, &probe, ms(1000), LSP_CANCELLED_7).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn acp_draft_the_default_timeout_answers_cancelled() {
     let probe = Probe::new();
-    let mut conn = Conn::serve(
-        CancelStack::acp_draft().timeout(ms(1000)),
-        &probe,
-        Framing::Ndjson,
-    );
-    conn.send(r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1,"clientCapabilities":{"cancellation":{"request":true}}}}"#)
-        .await;
-    conn.expect(r#"{"jsonrpc":"2.0","id":0,"result":{"capabilities":{}}}"#)
-        .await;
+    let conn = Conn::ready(CancelStack::acp_draft().timeout(ms(1000)), &probe).await;
     times_out(
         conn,
         &probe,
@@ -148,8 +106,7 @@ async fn a_per_method_timeout_wins_over_the_default() {
         TimeoutLayer::new(ms(10_000)).method("hang", ms(1000)),
     );
     let sent = Instant::now();
-    conn.send(r#"{"jsonrpc":"2.0","id":7,"method":"hang"}"#)
-        .await;
+    conn.send(HANG_7).await;
     // Another method gets the default: it may take longer than `hang`'s timeout.
     conn.send(r#"{"jsonrpc":"2.0","id":8,"method":"sleep","params":{"ms":5000}}"#)
         .await;
@@ -173,17 +130,7 @@ async fn a_per_method_timeout_wins_over_the_default() {
         ]
     );
 
-    let counts = conn.counts();
-    conn.finish_quiet().await;
-    assert_eq!(
-        counts,
-        Counts {
-            registered: 3,
-            completed: 2,
-            cancelled: 1,
-            ..Counts::default()
-        }
-    );
+    conn.finish_counting(Counts::new(3, 2, 1)).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -240,17 +187,7 @@ async fn a_requests_own_timeout_may_shorten_the_servers_limits_but_never_extend_
         );
     }
 
-    let counts = conn.counts();
-    conn.finish_quiet().await;
-    assert_eq!(
-        counts,
-        Counts {
-            registered: 5,
-            completed: 1,
-            cancelled: 4,
-            ..Counts::default()
-        }
-    );
+    conn.finish_counting(Counts::new(5, 1, 4)).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -266,16 +203,7 @@ async fn without_from_meta_a_requests_timeout_field_is_ignored() {
         probe.ended(),
         [Ended::stopped(7, "hang", Some(CancelReason::Timeout))]
     );
-    let counts = conn.counts();
-    conn.finish_quiet().await;
-    assert_eq!(
-        counts,
-        Counts {
-            registered: 1,
-            cancelled: 1,
-            ..Counts::default()
-        }
-    );
+    conn.finish_counting(Counts::new(1, 0, 1)).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -296,16 +224,7 @@ async fn no_deadline_without_a_default_or_a_matching_rule() {
     conn.expect(r#"{"jsonrpc":"2.0","id":2,"result":{"slept":600000}}"#)
         .await;
     assert_eq!(probe.deadline_of(2), None);
-    let counts = conn.counts();
-    conn.finish_quiet().await;
-    assert_eq!(
-        counts,
-        Counts {
-            registered: 2,
-            completed: 2,
-            ..Counts::default()
-        }
-    );
+    conn.finish_counting(Counts::new(2, 2, 0)).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -333,16 +252,7 @@ async fn a_request_that_completes_in_time_is_answered_and_nothing_happens_at_its
                 Ended::finished(99, "echo", None)
             ]
         );
-        let counts = conn.counts();
-        conn.finish_quiet().await;
-        assert_eq!(
-            counts,
-            Counts {
-                registered: 2,
-                completed: 2,
-                ..Counts::default()
-            }
-        );
+        conn.finish_counting(Counts::new(2, 2, 0)).await;
     }
 }
 
@@ -366,16 +276,7 @@ async fn a_timeout_of_duration_max_is_practically_none() {
         "{deadline:?}"
     );
     assert_eq!(probe.ended(), [Ended::finished(1, "sleep", None)]);
-    let counts = conn.counts();
-    conn.finish_quiet().await;
-    assert_eq!(
-        counts,
-        Counts {
-            registered: 1,
-            completed: 1,
-            ..Counts::default()
-        }
-    );
+    conn.finish_counting(Counts::new(1, 1, 0)).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -395,13 +296,8 @@ async fn notifications_never_time_out() {
         )],
         "ran to its end"
     );
-    let counts = conn.counts();
-    conn.finish_quiet().await;
-    assert_eq!(
-        counts,
-        Counts::default(),
-        "notifications are never registered"
-    );
+    // Notifications are never registered.
+    conn.finish_counting(Counts::default()).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -427,12 +323,11 @@ async fn acp_draft_nothing_times_out_before_initialize() {
     // Before `initialize` nothing is cancellable in the draft, so nothing gets a deadline: a cooperative handler
     // never sees its token fire, and answers in full.
     let probe = Probe::new();
-    let mut conn = Conn::serve(
+    let mut conn = Conn::stack(
         CancelStack::acp_draft()
             .timeout(ms(100))
             .cooperative(ms(500)),
         &probe,
-        Framing::Ndjson,
     );
     conn.send(r#"{"jsonrpc":"2.0","id":1,"method":"sleep","params":{"ms":1000}}"#)
         .await;
@@ -440,23 +335,17 @@ async fn acp_draft_nothing_times_out_before_initialize() {
         .await;
     assert_eq!(probe.deadline_of(1), None);
     assert_eq!(probe.ended(), [Ended::finished(1, "sleep", None)]);
-    let counts = conn.counts();
-    conn.finish_quiet().await;
-    assert_eq!(counts, Counts::default(), "nothing registered");
+    // Nothing registered.
+    conn.finish_counting(Counts::default()).await;
 }
 
-/// Send `reply` lines until the reply to a later `echo` (id 99): the replies written before it.
+/// The replies written before the reply to a later `echo` (id 99).
 async fn replies_before_echo(conn: &mut Conn) -> Vec<String> {
-    conn.send(r#"{"jsonrpc":"2.0","id":99,"method":"echo"}"#)
-        .await;
-    let mut replies = Vec::new();
-    loop {
-        let reply = conn.recv().await;
-        if reply == r#"{"jsonrpc":"2.0","id":99,"result":null}"# {
-            return replies;
-        }
-        replies.push(reply);
-    }
+    let (echo, echoed) = (
+        r#"{"jsonrpc":"2.0","id":99,"method":"echo"}"#,
+        r#"{"jsonrpc":"2.0","id":99,"result":null}"#,
+    );
+    conn.replies_until(echo, echoed).await
 }
 
 #[tokio::test(start_paused = true)]
@@ -489,132 +378,85 @@ async fn a_timeout_racing_completion_at_the_same_instant_gives_exactly_one_reply
             );
         }
         conn.finish_quiet().await;
-        assert_eq!(
-            counts,
-            Counts {
-                registered: 2,
-                completed: if completed { 2 } else { 1 },
-                cancelled: if completed { 0 } else { 1 },
-                ..Counts::default()
-            }
-        );
+        let cancelled = u64::from(!completed);
+        assert_eq!(counts, Counts::new(2, 2 - cancelled, cancelled));
     }
+}
+
+/// Request 7 (`hang`, a deadline of 1 s) is cancelled by the peer (`cancel`) at 500 ms and gets the dialect's
+/// answer to that (if any); the handler sees the peer's `reason`, and at the deadline nothing more is written.
+async fn a_peer_cancel_before_the_deadline<D: Spoken>(
+    stack: CancelStack<D>,
+    cancel: &str,
+    reason: CancelReason,
+) {
+    let probe = Probe::new();
+    let mut conn = Conn::stack(stack.timeout(ms(1000)), &probe);
+    conn.send(HANG_7).await;
+    probe.wait_started(7).await;
+    tokio::time::sleep(ms(500)).await;
+    conn.send(cancel).await;
+    if let Some(reply) = D::cancelled_frame(7) {
+        conn.expect(&reply).await;
+    }
+    tokio::time::sleep(ms(2000)).await;
+    assert!(replies_before_echo(&mut conn).await.is_empty());
+    assert_eq!(
+        probe.ended_of(7),
+        Some(Ended::stopped(7, "hang", Some(reason)))
+    );
+    conn.finish_counting(Counts::new(2, 1, 1)).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_peer_cancel_before_the_deadline_wins_and_the_deadline_then_does_nothing() {
     // MCP makes the winner visible: the peer's cancel gets no reply, the timeout would get -32001.
-    let probe = Probe::new();
-    let mut conn = mcp(&probe, TimeoutLayer::new(ms(1000)));
-    conn.send(r#"{"jsonrpc":"2.0","id":7,"method":"hang"}"#)
-        .await;
-    probe.wait_started(7).await;
-    tokio::time::sleep(ms(500)).await;
-    conn.send(r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7,"reason":"bored"}}"#)
-        .await;
-    tokio::time::sleep(ms(2000)).await;
-    assert!(replies_before_echo(&mut conn).await.is_empty());
-    assert_eq!(
-        probe.ended_of(7),
-        Some(Ended::stopped(
-            7,
-            "hang",
-            Some(CancelReason::peer(Some("bored".into())))
-        ))
-    );
-    let counts = conn.counts();
-    conn.finish_quiet().await;
-    assert_eq!(
-        counts,
-        Counts {
-            registered: 2,
-            completed: 1,
-            cancelled: 1,
-            ..Counts::default()
-        }
-    );
-
+    a_peer_cancel_before_the_deadline(
+        CancelStack::mcp(),
+        r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7,"reason":"bored"}}"#,
+        CancelReason::peer(Some("bored".into())),
+    )
+    .await;
     // LSP: one -32800, none at the deadline.
+    a_peer_cancel_before_the_deadline(
+        CancelStack::lsp(),
+        &Lsp::cancel_frame(7),
+        CancelReason::peer(None),
+    )
+    .await;
+}
+
+/// Request 7 (`hang`) times out at its deadline (1 s) with `timed_out`; the peer's `cancel` comes after it and
+/// nothing more is written. The late cancel finds no request 7 in flight: it is remembered (bounded), like any
+/// cancel after completion.
+async fn the_deadline_before_a_peer_cancel<D: Spoken>(
+    stack: CancelStack<D>,
+    timed_out: &str,
+    cancel: &str,
+) {
     let probe = Probe::new();
-    let mut conn = lsp(&probe, TimeoutLayer::new(ms(1000)));
-    conn.send(r#"{"jsonrpc":"2.0","id":7,"method":"hang"}"#)
-        .await;
-    probe.wait_started(7).await;
-    tokio::time::sleep(ms(500)).await;
-    conn.send(r#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":7}}"#)
-        .await;
-    conn.expect(LSP_CANCELLED_7).await;
-    tokio::time::sleep(ms(2000)).await;
+    let mut conn = Conn::stack(stack.timeout(ms(1000)), &probe);
+    conn.send(HANG_7).await;
+    conn.expect(timed_out).await;
+    conn.send(cancel).await;
     assert!(replies_before_echo(&mut conn).await.is_empty());
     assert_eq!(
         probe.ended_of(7),
-        Some(Ended::stopped(7, "hang", Some(CancelReason::peer(None))))
+        Some(Ended::stopped(7, "hang", Some(CancelReason::Timeout)))
     );
-    let counts = conn.counts();
-    conn.finish_quiet().await;
-    assert_eq!(
-        counts,
-        Counts {
-            registered: 2,
-            completed: 1,
-            cancelled: 1,
-            ..Counts::default()
-        }
-    );
+    conn.finish_counting(Counts::new(2, 1, 1).early(1, 1)).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn the_deadline_before_a_peer_cancel_wins_and_the_late_cancel_does_nothing() {
-    let probe = Probe::new();
-    let mut conn = mcp(&probe, TimeoutLayer::new(ms(1000)));
-    conn.send(r#"{"jsonrpc":"2.0","id":7,"method":"hang"}"#)
+    the_deadline_before_a_peer_cancel(
+        CancelStack::mcp(),
+        MCP_TIMED_OUT_7,
+        r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7,"reason":"timed out here too"}}"#,
+    )
+    .await;
+    the_deadline_before_a_peer_cancel(CancelStack::lsp(), LSP_CANCELLED_7, &Lsp::cancel_frame(7))
         .await;
-    conn.expect(MCP_TIMED_OUT_7).await;
-    conn.send(r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7,"reason":"timed out here too"}}"#)
-        .await;
-    assert!(replies_before_echo(&mut conn).await.is_empty());
-    assert_eq!(
-        probe.ended_of(7),
-        Some(Ended::stopped(7, "hang", Some(CancelReason::Timeout)))
-    );
-    let counts = conn.counts();
-    conn.finish_quiet().await;
-    // The late cancel finds no request 7 in flight: it is remembered (bounded), like any cancel after completion.
-    assert_eq!(
-        counts,
-        Counts {
-            registered: 2,
-            completed: 1,
-            cancelled: 1,
-            early_cancels: 1,
-            remembered: 1,
-        }
-    );
-
-    let probe = Probe::new();
-    let mut conn = lsp(&probe, TimeoutLayer::new(ms(1000)));
-    conn.send(r#"{"jsonrpc":"2.0","id":7,"method":"hang"}"#)
-        .await;
-    conn.expect(LSP_CANCELLED_7).await;
-    conn.send(r#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":7}}"#)
-        .await;
-    assert!(replies_before_echo(&mut conn).await.is_empty());
-    assert_eq!(
-        probe.ended_of(7),
-        Some(Ended::stopped(7, "hang", Some(CancelReason::Timeout)))
-    );
-    let counts = conn.counts();
-    conn.finish_quiet().await;
-    assert_eq!(
-        counts,
-        Counts {
-            registered: 2,
-            completed: 1,
-            cancelled: 1,
-            early_cancels: 1,
-            remembered: 1,
-        }
-    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -624,23 +466,22 @@ async fn a_peer_cancel_at_the_deadline_instant_gives_at_most_the_one_reply_of_th
         let (mut conn, cancel, timed_out, peer_cancelled): (_, _, _, &[&str]) = if mcp_dialect {
             (
                 mcp(&probe, TimeoutLayer::new(ms(1000))),
-                r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7}}"#,
+                Mcp::cancel_frame(7),
                 MCP_TIMED_OUT_7,
                 &[],
             )
         } else {
             (
                 lsp(&probe, TimeoutLayer::new(ms(1000))),
-                r#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":7}}"#,
+                Lsp::cancel_frame(7),
                 LSP_CANCELLED_7,
                 &[LSP_CANCELLED_7],
             )
         };
-        conn.send(r#"{"jsonrpc":"2.0","id":7,"method":"hang"}"#)
-            .await;
+        conn.send(HANG_7).await;
         probe.wait_started(7).await;
         tokio::time::sleep(ms(1000)).await;
-        conn.send(cancel).await;
+        conn.send(&cancel).await;
         let replies = replies_before_echo(&mut conn).await;
         let ended = probe.ended_of(7).expect("stopped");
         assert_eq!(ended.end, End::Stopped);
@@ -671,10 +512,9 @@ async fn a_peer_cancel_at_the_deadline_instant_gives_at_most_the_one_reply_of_th
 #[tokio::test(start_paused = true)]
 async fn cooperative_lsp_a_partial_result_within_the_grace_answers_a_timeout() {
     let probe = Probe::new();
-    let mut conn = Conn::serve(
+    let mut conn = Conn::stack(
         CancelStack::lsp().timeout(ms(1000)).cooperative(ms(500)),
         &probe,
-        Framing::ContentLength,
     );
     let sent = Instant::now();
     conn.send(r#"{"jsonrpc":"2.0","id":7,"method":"partial"}"#)
@@ -699,25 +539,15 @@ async fn cooperative_lsp_a_partial_result_within_the_grace_answers_a_timeout() {
         probe.ended_of(8),
         Some(Ended::stopped(8, "hang", Some(CancelReason::Timeout)))
     );
-    let counts = conn.counts();
-    conn.finish_quiet().await;
-    assert_eq!(
-        counts,
-        Counts {
-            registered: 2,
-            cancelled: 2,
-            ..Counts::default()
-        }
-    );
+    conn.finish_counting(Counts::new(2, 0, 2)).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn cooperative_mcp_a_timeout_answers_request_timed_out_not_the_partial_result() {
     let probe = Probe::new();
-    let mut conn = Conn::serve(
+    let mut conn = Conn::stack(
         CancelStack::mcp().timeout(ms(1000)).cooperative(ms(500)),
         &probe,
-        Framing::Ndjson,
     );
     let sent = Instant::now();
     conn.send(r#"{"jsonrpc":"2.0","id":7,"method":"partial"}"#)
@@ -729,16 +559,7 @@ async fn cooperative_mcp_a_timeout_answers_request_timed_out_not_the_partial_res
         probe.ended(),
         [Ended::finished(7, "partial", Some(CancelReason::Timeout))]
     );
-    let counts = conn.counts();
-    conn.finish_quiet().await;
-    assert_eq!(
-        counts,
-        Counts {
-            registered: 1,
-            cancelled: 1,
-            ..Counts::default()
-        }
-    );
+    conn.finish_counting(Counts::new(1, 0, 1)).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -793,38 +614,25 @@ async fn lsp_server_cancellable_methods_get_server_cancelled_with_retrigger_on_t
         r#"{"jsonrpc":"2.0","id":3,"error":{"code":-32800,"message":"Request cancelled"}}"#,
     )
     .await;
-    let counts = conn.counts();
-    conn.finish_quiet().await;
-    assert_eq!(
-        counts,
-        Counts {
-            registered: 3,
-            cancelled: 3,
-            ..Counts::default()
-        }
-    );
+    conn.finish_counting(Counts::new(3, 0, 3)).await;
 }
 
 /// The stack with tower's own timeout layer below it.
-fn with_towers_timeout<D: tower_cancel::Dialect>(
-    probe: &Probe,
-    stack: CancelStack<D>,
-    framing: Framing,
-) -> Conn {
+fn with_towers_timeout<D: Spoken>(probe: &Probe, stack: CancelStack<D>) -> Conn {
     let service = ServiceBuilder::new()
         .layer(stack)
         .layer(tower::timeout::TimeoutLayer::new(ms(1000)))
         .service(probe.service());
-    Conn::start(Server::new(service), framing)
+    Conn::start(Server::new(service), D::FRAMING)
 }
 
 #[tokio::test(start_paused = true)]
 async fn towers_own_timeout_below_the_stack_is_answered_as_a_timeout() {
     let probe = Probe::new();
-    let conn = with_towers_timeout(&probe, CancelStack::lsp(), Framing::ContentLength);
+    let conn = with_towers_timeout(&probe, CancelStack::lsp());
     times_out_showing(conn, &probe, ms(1000), LSP_CANCELLED_7, false).await;
 
     let probe = Probe::new();
-    let conn = with_towers_timeout(&probe, CancelStack::mcp(), Framing::Ndjson);
+    let conn = with_towers_timeout(&probe, CancelStack::mcp());
     times_out_showing(conn, &probe, ms(1000), MCP_TIMED_OUT_7, false).await;
 }

@@ -53,16 +53,7 @@ async fn the_number_1_and_the_string_1_are_different_requests() {
             Ended::stopped(1, "hang", Some(CancelReason::peer(None)))
         ]
     );
-    let counts = conn.counts();
-    conn.finish_quiet().await;
-    assert_eq!(
-        counts,
-        Counts {
-            registered: 2,
-            cancelled: 2,
-            ..Counts::default()
-        }
-    );
+    conn.finish_counting(Counts::new(2, 0, 2)).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -85,16 +76,7 @@ async fn a_duplicate_id_in_flight_gets_invalid_request_and_the_first_is_untouche
         .await;
     assert_eq!(probe.started(), 2, "the duplicate never ran");
 
-    let counts = conn.counts();
-    conn.finish_quiet().await;
-    assert_eq!(
-        counts,
-        Counts {
-            registered: 2,
-            completed: 2,
-            ..Counts::default()
-        }
-    );
+    conn.finish_counting(Counts::new(2, 2, 0)).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -110,65 +92,48 @@ async fn a_duplicate_of_a_request_that_cannot_be_cancelled_is_refused_too() {
         .await;
     conn.expect(r#"{"jsonrpc":"2.0","id":0,"result":{"capabilities":{}}}"#)
         .await;
-    let counts = conn.counts();
-    conn.finish_quiet().await;
-    assert_eq!(counts, Counts::default());
+    conn.finish_counting(Counts::default()).await;
+}
+
+/// Each of the `garbage` inputs (raw bytes) gets -32700 with id `null`, and the connection goes on.
+async fn garbage_gets_parse_errors(mut conn: Conn, garbage: &[&[u8]]) {
+    for bytes in garbage {
+        conn.send_raw(bytes).await;
+        assert_null_id_error(&conn.recv_json().await, -32700, "Parse error");
+    }
+    conn.send(r#"{"jsonrpc":"2.0","id":5,"method":"echo","params":"still here"}"#)
+        .await;
+    conn.expect(r#"{"jsonrpc":"2.0","id":5,"result":"still here"}"#)
+        .await;
+    conn.finish_counting(Counts::new(1, 1, 0)).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn ndjson_garbage_gets_parse_error_with_id_null() {
-    let probe = Probe::new();
-    let mut conn = Conn::mcp(&probe);
-    conn.send_raw(b"this is not json\n").await;
-    assert_null_id_error(&conn.recv_json().await, -32700, "Parse error");
-    conn.send_raw(b"{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\n")
-        .await;
-    assert_null_id_error(&conn.recv_json().await, -32700, "Parse error");
-    conn.send_raw(b"\xff\xfe\x00garbage\n").await;
-    assert_null_id_error(&conn.recv_json().await, -32700, "Parse error");
-    conn.send(r#"{"jsonrpc":"2.0","id":5,"method":"echo","params":"still here"}"#)
-        .await;
-    conn.expect(r#"{"jsonrpc":"2.0","id":5,"result":"still here"}"#)
-        .await;
-    let counts = conn.counts();
-    conn.finish_quiet().await;
-    assert_eq!(
-        counts,
-        Counts {
-            registered: 1,
-            completed: 1,
-            ..Counts::default()
-        }
-    );
+    garbage_gets_parse_errors(
+        Conn::mcp(&Probe::new()),
+        &[
+            b"this is not json\n",
+            b"{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\n",
+            b"\xff\xfe\x00garbage\n",
+        ],
+    )
+    .await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn content_length_garbage_gets_parse_error_with_id_null() {
-    let probe = Probe::new();
-    let mut conn = Conn::lsp(&probe);
-    // A well-framed body that is not JSON.
-    conn.send("{not json at all").await;
-    assert_null_id_error(&conn.recv_json().await, -32700, "Parse error");
-    // A header block that cannot be read.
-    conn.send_raw(b"Content-Length: twelve\r\n\r\n").await;
-    assert_null_id_error(&conn.recv_json().await, -32700, "Parse error");
-    conn.send_raw(b"Content-Type: application/json\r\n\r\n")
-        .await;
-    assert_null_id_error(&conn.recv_json().await, -32700, "Parse error");
-    conn.send(r#"{"jsonrpc":"2.0","id":5,"method":"echo","params":"still here"}"#)
-        .await;
-    conn.expect(r#"{"jsonrpc":"2.0","id":5,"result":"still here"}"#)
-        .await;
-    let counts = conn.counts();
-    conn.finish_quiet().await;
-    assert_eq!(
-        counts,
-        Counts {
-            registered: 1,
-            completed: 1,
-            ..Counts::default()
-        }
-    );
+    garbage_gets_parse_errors(
+        Conn::lsp(&Probe::new()),
+        &[
+            // A well-framed body that is not JSON.
+            tests::frame("{not json at all", Framing::ContentLength).as_bytes(),
+            // A header block that cannot be read.
+            b"Content-Length: twelve\r\n\r\n",
+            b"Content-Type: application/json\r\n\r\n",
+        ],
+    )
+    .await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -198,9 +163,7 @@ async fn json_that_is_not_a_message_gets_invalid_request() {
     conn.expect(r#"{"jsonrpc":"2.0","id":4,"error":{"code":-32600,"message":"Invalid Request: expected exactly one of method, result or error"}}"#)
         .await;
     assert_eq!(probe.started(), 0);
-    let counts = conn.counts();
-    conn.finish_quiet().await;
-    assert_eq!(counts, Counts::default());
+    conn.finish_counting(Counts::default()).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -217,16 +180,7 @@ async fn replies_from_the_peer_never_reach_the_service_and_are_not_answered() {
         .await;
     assert_eq!(probe.started(), 1);
     assert!(probe.notifications().is_empty());
-    let counts = conn.counts();
-    conn.finish_quiet().await;
-    assert_eq!(
-        counts,
-        Counts {
-            registered: 1,
-            completed: 1,
-            ..Counts::default()
-        }
-    );
+    conn.finish_counting(Counts::new(1, 1, 0)).await;
 }
 
 fn limited(probe: &Probe, framing: Framing, limit: usize) -> Conn {
@@ -234,6 +188,16 @@ fn limited(probe: &Probe, framing: Framing, limit: usize) -> Conn {
         .layer(CancelStack::lsp())
         .service(probe.service());
     Conn::start(Server::new(service).max_frame_size(limit), framing)
+}
+
+/// After the requests over the limit, a small one is answered: the only one that ran.
+async fn a_small_request_still_works(mut conn: Conn, probe: &Probe) {
+    conn.send(r#"{"jsonrpc":"2.0","id":2,"method":"echo","params":"small"}"#)
+        .await;
+    conn.expect(r#"{"jsonrpc":"2.0","id":2,"result":"small"}"#)
+        .await;
+    assert_eq!(probe.started(), 1, "the big requests never ran");
+    conn.finish_counting(Counts::new(1, 1, 0)).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -250,21 +214,7 @@ async fn content_length_a_frame_over_the_limit_gets_invalid_request_and_the_next
         big.len()
     ))
     .await;
-    conn.send(r#"{"jsonrpc":"2.0","id":2,"method":"echo","params":"small"}"#)
-        .await;
-    conn.expect(r#"{"jsonrpc":"2.0","id":2,"result":"small"}"#)
-        .await;
-    assert_eq!(probe.started(), 1, "the big request never ran");
-    let counts = conn.counts();
-    conn.finish_quiet().await;
-    assert_eq!(
-        counts,
-        Counts {
-            registered: 1,
-            completed: 1,
-            ..Counts::default()
-        }
-    );
+    a_small_request_still_works(conn, &probe).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -287,21 +237,7 @@ async fn ndjson_a_line_over_the_limit_gets_invalid_request_and_the_next_request_
     }
     conn.send_raw(b"\n").await;
     assert_null_id_error(&conn.recv_json().await, -32600, "Invalid Request: frame");
-    conn.send(r#"{"jsonrpc":"2.0","id":2,"method":"echo","params":"small"}"#)
-        .await;
-    conn.expect(r#"{"jsonrpc":"2.0","id":2,"result":"small"}"#)
-        .await;
-    assert_eq!(probe.started(), 1, "the big requests never ran");
-    let counts = conn.counts();
-    conn.finish_quiet().await;
-    assert_eq!(
-        counts,
-        Counts {
-            registered: 1,
-            completed: 1,
-            ..Counts::default()
-        }
-    );
+    a_small_request_still_works(conn, &probe).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -318,14 +254,5 @@ async fn content_length_frames_split_across_writes_and_with_content_type_are_rea
     }
     conn.expect(r#"{"jsonrpc":"2.0","id":1,"result":"pieces"}"#)
         .await;
-    let counts = conn.counts();
-    conn.finish_quiet().await;
-    assert_eq!(
-        counts,
-        Counts {
-            registered: 1,
-            completed: 1,
-            ..Counts::default()
-        }
-    );
+    conn.finish_counting(Counts::new(1, 1, 0)).await;
 }
