@@ -70,6 +70,7 @@ use tower_cancel::{
     BoxError, CancelReason, CancelStack, Dialect, ErrorObject, Id, Peer, PeerCall, PeerError,
     Registry, Request, RequestContext, Response,
 };
+use tower_cancel::{scope::SessionState, Connection, Scope};
 use tower_cancel_io::{Framing, Server};
 
 pub mod pair;
@@ -566,6 +567,7 @@ pub struct Conn {
     writer: Option<Box<dyn AsyncWrite + Send + Unpin>>,
     reader: Option<BufReader<Box<dyn AsyncRead + Send + Unpin>>>,
     registry: Registry,
+    connection: Connection,
     server: Option<JoinHandle<io::Result<()>>>,
 }
 
@@ -628,6 +630,7 @@ impl Conn {
         CW: AsyncWrite + Unpin + Send + 'static,
     {
         let registry = server.registry().clone();
+        let connection = server.connection().clone();
         let (server_reader, server_writer) = server_io;
         let task = tokio::spawn(server.serve(server_reader, server_writer, framing));
         let (client_reader, client_writer) = client_io;
@@ -637,6 +640,7 @@ impl Conn {
             writer: Some(Box::new(client_writer)),
             reader: Some(BufReader::new(reader)),
             registry,
+            connection,
             server: Some(task),
         }
     }
@@ -694,8 +698,9 @@ impl Conn {
         Self::start(configure(Server::new(service)), framing)
     }
 
-    /// `stack` over `probe`'s handler, served by a [`Server`] with a [`Peer`] (`Server::peer(dialect)`), which
-    /// the test uses to send requests to this raw client, frames it reads off the wire with [`Conn::recv`].
+    /// `stack` over `probe`'s handler, served by a [`Server`] whose scope speaks `dialect`, so that its connection
+    /// has a [`Peer`], which the test uses to send requests to this raw client, frames it reads off the wire with
+    /// [`Conn::recv`].
     pub fn with_peer<L, D>(stack: L, probe: &Probe, framing: Framing, dialect: D) -> (Self, Peer)
     where
         L: tower::Layer<Handler>,
@@ -703,14 +708,19 @@ impl Conn {
         D: tower_cancel::Dialect,
     {
         let service = ServiceBuilder::new().layer(stack).service(probe.service());
-        let mut server = Server::new(service);
-        let peer = server.peer(dialect);
+        let server = Server::new(service).in_scope(Scope::with_dialect(dialect));
+        let peer = server.peer().expect("a scope with a dialect gives a peer");
         (Self::start(server, framing), peer)
     }
 
     /// The connection's registry.
     pub fn registry(&self) -> &Registry {
         &self.registry
+    }
+
+    /// The connection's session state (the dialect's per-conversation facts).
+    pub fn session(&self) -> &SessionState {
+        self.connection.session()
     }
 
     /// The registry's counters now.
@@ -993,7 +1003,7 @@ impl Conn {
         if let Some((initialize, reply)) = D::INITIALIZE {
             conn.send(initialize).await;
             conn.expect(reply).await;
-            assert!(conn.registry().session().is_initialized());
+            assert!(conn.session().is_initialized());
         }
         conn
     }

@@ -24,7 +24,7 @@ use tokio::{
 use tower::ServiceBuilder;
 use tower_cancel::{
     dialect::{Acp, AcpDraft, Lsp, Mcp},
-    CancelStack, Dialect, Peer, Registry,
+    CancelStack, Connection, Dialect, Peer, Registry, Scope,
 };
 use tower_cancel_io::{Framing, Server, ShutdownHandle};
 
@@ -78,6 +78,8 @@ pub struct Side {
     pub peer: Peer,
     /// This side's registry: the requests the other side sent it.
     pub registry: Registry,
+    /// This side's connection (its session state, its peer).
+    pub connection: Connection,
     /// Starts a graceful shutdown of this side's connection.
     pub shutdown: ShutdownHandle,
     task: Option<JoinHandle<io::Result<()>>>,
@@ -103,15 +105,17 @@ impl Side {
     {
         let probe = Probe::new();
         let service = ServiceBuilder::new().layer(stack).service(probe.service());
-        let mut server = Server::new(service);
-        let peer = server.peer(dialect);
+        let server = Server::new(service).in_scope(Scope::with_dialect(dialect));
+        let peer = server.peer().expect("a scope with a dialect gives a peer");
         let registry = server.registry().clone();
+        let connection = server.connection().clone();
         let shutdown = server.shutdown_handle();
         let task = tokio::spawn(server.serve(reader, writer, framing));
         Self {
             probe,
             peer,
             registry,
+            connection,
             shutdown,
             task: Some(task),
         }

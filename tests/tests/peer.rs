@@ -574,7 +574,7 @@ async fn acp_draft_client_learns_from_the_initialize_result(agent_declares: bool
         result["agentCapabilities"]["cancellation"]["request"],
         agent_declares
     );
-    let session = agent.registry().session();
+    let session = agent.session();
     assert!(session.is_initialized());
     assert_eq!(session.peer_accepts_cancel(), agent_declares);
 
@@ -637,7 +637,7 @@ async fn acp_draft_agent_learns_from_the_initialize_params(client_declares: bool
     client
         .expect(r#"{"jsonrpc":"2.0","id":0,"result":{"capabilities":{}}}"#)
         .await;
-    let session = client.registry().session();
+    let session = client.session();
     assert!(session.is_initialized());
     assert_eq!(session.peer_accepts_cancel(), client_declares);
 
@@ -734,8 +734,8 @@ async fn acp_draft_both_ways(client_declares: bool, agent_declares: bool) {
         (&pair.client, agent_declares),
         (&pair.server, client_declares),
     ] {
-        assert!(side.registry.session().is_initialized());
-        assert_eq!(side.registry.session().peer_accepts_cancel(), declared);
+        assert!(side.connection.session().is_initialized());
+        assert_eq!(side.connection.session().peer_accepts_cancel(), declared);
     }
 
     // Client -> agent.

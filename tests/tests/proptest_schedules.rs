@@ -75,7 +75,7 @@ use tests::{
     PATIENCE,
 };
 use tokio::{io::BufReader, sync::mpsc, task::JoinHandle, time::Instant};
-use tower::{Layer, ServiceBuilder};
+use tower::Layer;
 use tower_cancel::{
     dialect::{Acp, AcpDraft, Lsp, Mcp},
     CancelReason, CancelStack, Dialect, Id, Peer,
@@ -1057,11 +1057,8 @@ impl Client {
         CancelStack<D>: Layer<Handler>,
         <CancelStack<D> as Layer<Handler>>::Service: Served,
     {
-        let service = ServiceBuilder::new()
-            .layer(stack.build(dialect.clone()))
-            .service(probe.service());
-        let mut server = Server::new(service);
-        let peer = server.peer(dialect);
+        let server = Server::with_stack(stack.build(dialect), probe.service());
+        let peer = server.peer().expect("the stack's dialect gives a peer");
         let (client_out, server_in) = tokio::io::duplex(PIPE_SIZE);
         let (server_out, client_in) = tokio::io::duplex(PIPE_SIZE);
         // `Conn` gets an empty reader: the frames are read by the task below.

@@ -32,7 +32,9 @@ mod content_length;
 mod decode_test;
 mod frame;
 mod ndjson;
+mod read;
 mod server;
+mod write;
 
 pub use content_length::ContentLengthCodec;
 pub use frame::{FrameError, DEFAULT_MAX_FRAME_SIZE};

@@ -1,31 +1,27 @@
-//! The connection driver: reads messages, calls the service concurrently, writes the replies.
+//! The connection driver's configuration and entry points.
 
-use std::{
-    collections::HashSet,
-    fmt,
-    future::{poll_fn, Future},
-    io,
-    panic::AssertUnwindSafe,
-    time::Duration,
-};
+use std::{fmt, io, time::Duration};
 
 use bytes::BytesMut;
-use futures_util::{future, stream::FuturesUnordered, FutureExt, SinkExt, StreamExt};
+use futures_util::future;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::{
     codec::{Decoder, Encoder, FramedRead, FramedWrite},
     sync::CancellationToken,
 };
 use tower_cancel::{
-    outbox::OutboxReceiver, BoxError, CancelReason, Dialect, ErrorObject, Id, Message, Outbox,
-    Peer, Registry, Request, Response,
+    outbox::OutboxReceiver, BoxError, CancelStack, Connection, Dialect, Outbox, Peer, Registry,
+    Request, Response, Scope,
 };
+use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::{
     content_length::ContentLengthCodec,
     frame::{FrameError, DEFAULT_MAX_FRAME_SIZE},
     ndjson::NdjsonCodec,
+    read::ReadLoop,
+    write::write_loop,
 };
 
 /// How messages are delimited on the byte stream.
@@ -37,45 +33,53 @@ pub enum Framing {
     Ndjson,
 }
 
-/// What the driver does with replies the peer sends to this side's own requests.
+/// What the driver does with replies the peer sends to this side's own requests, when the connection has no
+/// [`Peer`] to take them.
 pub type ResponseHandler = Box<dyn FnMut(Response) + Send>;
 
-/// Serves a `Service<Request, Response = Option<Response>>` (such as a [`CancelStack`](tower_cancel::CancelStack))
-/// over one connection.
+/// Serves a `Service<Request, Response = Option<Response>>` (such as a [`CancelStack`]) over one connection.
+///
+/// The connection is a [`Connection`] of a [`Scope`] (a new scope of its own unless [`Server::in_scope`] says
+/// otherwise): the scope decides what its cancels reach, the connection routes the peer's replies to its [`Peer`]
+/// and cancels what it has in flight when it closes. The driver itself only reads frames, calls the service and
+/// writes the replies.
 ///
 /// # Behaviour
 ///
 /// - Messages are read as they arrive and the service is called for each without waiting for earlier requests:
 ///   replies go out in the order they complete.
 /// - Bytes that are not JSON get -32700 (so do an unreadable `Content-Length` header and a frame cut off by the
-///   end of the stream), JSON that is not a valid message -32600, a frame over the size limit -32600, a request
-///   whose id is already in flight -32600. The connection stays up for the other requests.
-/// - Every request carries the connection's [`Registry`] in its extensions: the connection is the scope of its
-///   cancels.
-/// - Replies from the peer (to requests this side sent) never reach the service; they go to the
-///   connection's [`Peer`] (see [`Server::peer`]) or to the [response handler](Server::on_response).
-/// - Every request also carries the connection's [`Outbox`], through which handlers send progress reports.
-/// - When the peer closes the connection (or the write side fails), every request in flight is cancelled with
-///   [`CancelReason::Disconnect`]; the driver waits for them to settle (a cooperative handler gets its whole grace
-///   period), and up to the [close grace](Server::close_grace) for what could not be cancelled, then drops what
-///   is left. The registry is empty when `serve` returns.
-/// - On [graceful shutdown](Server::shutdown_handle) the driver stops taking work: it lets the requests in flight
-///   finish within the [drain timeout](Server::drain_timeout), then cancels the rest with
-///   [`CancelReason::Shutdown`]. It keeps reading meanwhile, so cancels and the peer's replies still arrive; a
-///   request that arrives during the drain starts out cancelled with reason Shutdown and never runs. Every
-///   request is answered as its dialect says before the connection closes.
-/// - A service that fails readiness ends the connection, as a broken service would for every request.
+///   end of the stream), JSON that is not a valid message -32600, a frame over the size limit -32600. A request
+///   whose id is already in flight on the connection gets -32600 from the cancel layer. The connection stays up
+///   for the other requests.
+/// - Replies from the peer (to requests this side sent) and its progress reports never reach the service; they go
+///   to the connection's [`Peer`] (see [`Server::peer`]) or to the [response handler](Server::on_response).
+/// - Replies and this side's own messages are queued for the writer. When the peer stops reading and the queue
+///   holds more than [`Server::max_queued_bytes`], the driver stops reading that connection until the writer
+///   catches up: a peer cannot make the server buffer without bound. Progress reports past the bound are dropped
+///   ([`Progress::report`](tower_cancel::progress::Progress::report) returns `false`).
+/// - When the peer closes the connection (or the write side fails, or the `serve` future is dropped), every
+///   request of this connection in flight is cancelled with [`CancelReason::Disconnect`](tower_cancel::CancelReason),
+///   and the peer's pending calls fail with `Closed`. The driver waits for the cancelled requests to settle (a
+///   cooperative handler gets its whole grace period), and up to the [close grace](Server::close_grace) for what
+///   could not be cancelled, then drops what is left.
+/// - On [graceful shutdown](Server::shutdown_handle) the connection stops taking work: it lets the requests in
+///   flight finish within the [drain timeout](Server::drain_timeout), then cancels the rest with reason Shutdown.
+///   It keeps reading meanwhile, so that cancels and the peer's replies still arrive; a request that arrives during
+///   the drain starts out cancelled with reason Shutdown and never runs. Every request is answered as its dialect
+///   says, and the last replies are written within the close grace, before the connection closes.
+/// - A service that fails readiness answers the request that waited for it with -32603 `service unavailable`
+///   (as the stack's own layers do), and the connection goes on.
 pub struct Server<S> {
-    service: S,
-    registry: Registry,
-    max_frame_size: usize,
-    close_grace: Duration,
-    drain_timeout: Duration,
-    shutdown: ShutdownHandle,
-    on_response: ResponseHandler,
+    pub(crate) service: S,
+    pub(crate) connection: Connection,
+    pub(crate) max_frame_size: usize,
+    pub(crate) close_grace: Duration,
+    pub(crate) drain_timeout: Duration,
+    pub(crate) shutdown: ShutdownHandle,
+    pub(crate) on_response: ResponseHandler,
     outbox: Outbox,
     outbox_rx: OutboxReceiver,
-    peer: Option<Peer>,
 }
 
 /// Starts a graceful shutdown of one connection (see [`Server::shutdown_handle`]). Cloning gives another handle to
@@ -86,7 +90,8 @@ pub struct ShutdownHandle {
 }
 
 impl ShutdownHandle {
-    /// Stop reading, drain, then cancel what is left with reason Shutdown.
+    /// Stop taking work: new requests are answered as cancelled with reason Shutdown, the ones in flight get the
+    /// drain timeout to finish, then the rest are cancelled (reading goes on meanwhile, for cancels and replies).
     pub fn shutdown(&self) {
         self.token.cancel();
     }
@@ -95,47 +100,43 @@ impl ShutdownHandle {
     pub fn is_shutting_down(&self) -> bool {
         self.token.is_cancelled()
     }
+
+    pub(crate) fn token(&self) -> &CancellationToken {
+        &self.token
+    }
 }
 
 /// How long in-flight requests may run on after a graceful shutdown began, by default.
 pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Why the read loop stopped.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Ending {
-    /// The peer closed, reading or writing failed, or the service broke.
-    Disconnect,
-    /// A graceful shutdown was asked for.
-    Shutdown,
-}
+/// How long in-flight requests may take to settle after the connection closed, by default.
+pub const DEFAULT_CLOSE_GRACE: Duration = Duration::from_secs(1);
 
 impl<S> fmt::Debug for Server<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Server")
-            .field("registry", &self.registry)
+            .field("connection", &self.connection)
             .field("max_frame_size", &self.max_frame_size)
             .field("close_grace", &self.close_grace)
             .finish()
     }
 }
 
-/// How long in-flight requests may take to settle after the connection closed, by default.
-pub const DEFAULT_CLOSE_GRACE: Duration = Duration::from_secs(1);
-
 impl<S> Server<S>
 where
     S: Service<Request, Response = Option<Response>>,
     S::Error: Into<BoxError>,
 {
-    /// A driver for `service`, with a new registry for the connection.
+    /// A driver for `service`, as a connection of a new scope without a dialect (no [`Peer`]: replies from the
+    /// other side go to the [response handler](Self::on_response)). [`Server::with_stack`] gives the connection
+    /// the stack's dialect.
     pub fn new(service: S) -> Self {
         let (outbox, outbox_rx) = Outbox::new();
         Self {
+            connection: Scope::new().connect(outbox.clone()),
             outbox,
             outbox_rx,
-            peer: None,
             service,
-            registry: Registry::new(),
             max_frame_size: DEFAULT_MAX_FRAME_SIZE,
             close_grace: DEFAULT_CLOSE_GRACE,
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
@@ -146,15 +147,36 @@ where
         }
     }
 
-    /// The connection's registry (the scope of its cancels). Clone it to watch the connection from outside.
-    pub fn registry(&self) -> &Registry {
-        &self.registry
+    /// This connection as one of `scope`'s (which may be shared with other connections: see
+    /// [`tower_cancel::scope`]). The scope's dialect gives the connection its [`Peer`].
+    pub fn in_scope(mut self, scope: Scope) -> Self {
+        self.connection = scope.connect(self.outbox.clone());
+        self
     }
 
-    /// Use `registry` as the connection's scope instead of a new one.
-    pub fn with_registry(mut self, registry: Registry) -> Self {
-        self.registry = registry;
-        self
+    /// Use `registry` as the table of this connection's scope: connections given the same registry share their
+    /// scope (see [`Server::in_scope`]).
+    pub fn with_registry(self, registry: Registry) -> Self {
+        let scope = self.connection.scope().clone().with_registry(registry);
+        self.in_scope(scope)
+    }
+
+    /// The connection: its scope, its session state, its peer.
+    pub fn connection(&self) -> &Connection {
+        &self.connection
+    }
+
+    /// The connection's registry (its scope's). Clone it to watch the connection from outside.
+    pub fn registry(&self) -> &Registry {
+        self.connection.registry()
+    }
+
+    /// The connection's [`Peer`], to send requests to the other side (in either direction: a server calls its
+    /// client too): present when the connection's scope has a dialect ([`Server::with_stack`],
+    /// [`Scope::with_dialect`]). Its pending calls fail with
+    /// [`PeerError::Closed`](tower_cancel::PeerError::Closed) when the connection ends.
+    pub fn peer(&self) -> Option<Peer> {
+        self.connection.peer().cloned()
     }
 
     /// The largest frame accepted (default [`DEFAULT_MAX_FRAME_SIZE`]).
@@ -163,9 +185,16 @@ where
         self
     }
 
+    /// How many bytes of replies and this side's own messages may wait for the writer before the driver stops
+    /// reading (default [`DEFAULT_MAX_QUEUED_BYTES`](tower_cancel::outbox::DEFAULT_MAX_QUEUED_BYTES)).
+    pub fn max_queued_bytes(self, bytes: usize) -> Self {
+        self.outbox.set_max_queued_bytes(bytes);
+        self
+    }
+
     /// How long requests that could not be cancelled (`initialize`, notifications) may take to settle after the
-    /// connection closed or the drain ended (default [`DEFAULT_CLOSE_GRACE`]). Cancelled requests are waited for
-    /// until their cancel layer settles them.
+    /// connection closed or the drain ended, and how long the last replies may take to be written (default
+    /// [`DEFAULT_CLOSE_GRACE`]). Cancelled requests are waited for until their cancel layer settles them.
     pub fn close_grace(mut self, grace: Duration) -> Self {
         self.close_grace = grace;
         self
@@ -183,20 +212,8 @@ where
         self.shutdown.clone()
     }
 
-    /// The connection's [`Peer`], to send requests to the other side (in either direction: a server calls its
-    /// client too). The first call creates it with `dialect`'s rules; later calls return the same peer. From then
-    /// on the peer's replies go to it, every request carries it in its extensions (a
-    /// [`CascadeLayer`](tower_cancel::CascadeLayer) makes it a child of the request), and its pending calls fail
-    /// with [`PeerError::Closed`](tower_cancel::PeerError::Closed) when the connection ends.
-    ///
-    /// Set the registry ([`Server::with_registry`]) before: the peer reads the dialect's session state there.
-    pub fn peer<D: Dialect>(&mut self, dialect: D) -> Peer {
-        self.peer
-            .get_or_insert_with(|| Peer::new(dialect, self.outbox.clone(), self.registry.clone()))
-            .clone()
-    }
-
-    /// Where replies from the peer go when there is no [`Peer`] (by default they are logged and dropped).
+    /// Where replies from the peer go when the connection has no [`Peer`] (by default they are logged and dropped).
+    /// A panic in the handler is caught and logged.
     pub fn on_response(mut self, handler: impl FnMut(Response) + Send + 'static) -> Self {
         self.on_response = Box::new(handler);
         self
@@ -239,9 +256,9 @@ where
             + for<'a> Encoder<&'a [u8], Error = io::Error>
             + Clone,
     {
-        let outbox = self.outbox.clone();
         // The read loop takes `self`; the writer takes the receiver, leaving an unused one in its place.
         let rx = std::mem::replace(&mut self.outbox_rx, Outbox::new().1);
+        let close_grace = self.close_grace;
         // The writer stops when told, not when every outbox is dropped: handlers may keep clones.
         let closing = CancellationToken::new();
         let writer_gone = CancellationToken::new();
@@ -250,10 +267,11 @@ where
             rx,
             closing.clone(),
             writer_gone.clone(),
+            close_grace,
         );
         let reader = async {
-            let read = self
-                .read_loop(FramedRead::new(reader, codec), outbox, writer_gone)
+            let read = ReadLoop::new(self, writer_gone)
+                .run(FramedRead::new(reader, codec))
                 .await;
             closing.cancel();
             read
@@ -261,297 +279,20 @@ where
         let (read, write) = future::join(reader, writer).await;
         read.and(write)
     }
+}
 
-    async fn read_loop<R, C>(
-        mut self,
-        mut frames: FramedRead<R, C>,
-        outbox: Outbox,
-        writer_gone: CancellationToken,
-    ) -> io::Result<()>
+impl<L> Server<L>
+where
+    L: Service<Request, Response = Option<Response>>,
+    L::Error: Into<BoxError>,
+{
+    /// A driver for `service` wrapped in `stack`, as a connection of a new scope speaking the stack's dialect:
+    /// the dialect is given once, and the connection's [`Peer`] follows the same rules as the stack.
+    pub fn with_stack<D: Dialect, S>(stack: CancelStack<D>, service: S) -> Self
     where
-        R: AsyncRead + Unpin,
-        C: Decoder<Item = Result<BytesMut, FrameError>, Error = io::Error>,
+        CancelStack<D>: Layer<S, Service = L>,
     {
-        let mut conn = Connection {
-            outbox,
-            in_flight_ids: HashSet::new(),
-        };
-        let mut in_flight = FuturesUnordered::new();
-        let mut result = Ok(());
-        let shutdown = self.shutdown.token.clone();
-        let mut ending = Ending::Disconnect;
-        // Armed when a graceful shutdown begins: the end of the drain.
-        let mut drain = std::pin::pin!(tokio::time::sleep(Duration::ZERO));
-        loop {
-            let draining = ending == Ending::Shutdown;
-            let next = tokio::select! {
-                // Replies first: they free table entries and reach the peer sooner.
-                biased;
-                Some(done) = in_flight.next(), if !in_flight.is_empty() => {
-                    conn.finish(done);
-                    if draining && in_flight.is_empty() {
-                        break;
-                    }
-                    continue;
-                }
-                () = writer_gone.cancelled() => break,
-                () = shutdown.cancelled(), if !draining => {
-                    // Reading goes on, so that cancels and the peer's replies still arrive; new requests start
-                    // out cancelled with reason Shutdown and get their dialect's answer without running.
-                    tracing::info!(in_flight = in_flight.len(), "shutting down: draining requests in flight");
-                    ending = Ending::Shutdown;
-                    self.registry.refuse_new(CancelReason::Shutdown);
-                    if in_flight.is_empty() {
-                        break;
-                    }
-                    drain.as_mut().reset(tokio::time::Instant::now() + self.drain_timeout);
-                    continue;
-                }
-                () = &mut drain, if draining => {
-                    tracing::info!(left = in_flight.len(), "drain timeout passed: cancelling the rest");
-                    break;
-                }
-                frame = frames.next() => frame,
-            };
-            let bytes = match next {
-                None => break,
-                Some(Err(error)) => {
-                    tracing::warn!(%error, "reading from the connection failed");
-                    result = Err(error);
-                    break;
-                }
-                Some(Ok(Err(frame_error))) => {
-                    tracing::debug!(%frame_error, "bad frame");
-                    // A header that cannot be read and a frame cut off by the end of the stream are bytes
-                    // that cannot be parsed (-32700, as an NDJSON line cut off is); a frame over the limit may
-                    // be fine JSON that is not accepted as a request (-32600).
-                    let error = match frame_error {
-                        FrameError::InvalidHeader(_) | FrameError::Truncated => {
-                            ErrorObject::parse_error(&frame_error)
-                        }
-                        _ => ErrorObject::invalid_request(&frame_error),
-                    };
-                    conn.send(&Response::error(None, error));
-                    continue;
-                }
-                Some(Ok(Ok(bytes))) => bytes,
-            };
-            let mut request = match Message::from_slice(&bytes) {
-                Ok(Message::Request(request)) => request,
-                Ok(Message::Response(response)) => {
-                    match &self.peer {
-                        Some(peer) => {
-                            peer.dispatch_response(response);
-                        }
-                        None => (self.on_response)(response),
-                    }
-                    continue;
-                }
-                Err(invalid) => {
-                    tracing::debug!(%invalid, "invalid message");
-                    conn.send(&Response::error(invalid.id, invalid.error));
-                    continue;
-                }
-            };
-            // The peer's progress reports about this side's calls go to those calls, not to the service.
-            if let Some(peer) = &self.peer {
-                if request.is_notification() && peer.dispatch_progress(&request) {
-                    continue;
-                }
-            }
-            let id = request.id().cloned();
-            if let Some(id) = &id {
-                if !conn.in_flight_ids.insert(id.clone()) {
-                    let error = ErrorObject::invalid_request(format!(
-                        "request id {id} is already in flight"
-                    ));
-                    conn.send(&Response::error(Some(id.clone()), error));
-                    continue;
-                }
-            }
-            request.extensions_mut().insert(self.registry.clone());
-            request.extensions_mut().insert(conn.outbox.clone());
-            if let Some(peer) = &self.peer {
-                request.extensions_mut().insert(peer.clone());
-            }
-
-            // Wait for readiness while still settling requests in flight: readiness may depend on them.
-            let ready = loop {
-                tokio::select! {
-                    biased;
-                    Some(done) = in_flight.next(), if !in_flight.is_empty() => conn.finish(done),
-                    ready = poll_fn(|cx| self.service.poll_ready(cx)) => break ready,
-                }
-            };
-            if let Err(error) = ready {
-                let error: BoxError = error.into();
-                tracing::error!(%error, "service failed; closing the connection");
-                if let Some(id) = &id {
-                    conn.in_flight_ids.remove(id);
-                    conn.send(&Response::error(
-                        Some(id.clone()),
-                        ErrorObject::internal_error("service unavailable"),
-                    ));
-                }
-                break;
-            }
-            let call = AssertUnwindSafe(|| self.service.call(request));
-            match std::panic::catch_unwind(call) {
-                Ok(future) => in_flight.push(settle(id, future)),
-                Err(_) => conn.finish((id, Err(Failure::Panicked))),
-            }
-        }
-
-        // Nothing more is read, so no reply can reach the peer's pending calls: they fail now, rather than keep a
-        // handler that waits on one (in cooperative mode) until its grace ends.
-        if let Some(peer) = &self.peer {
-            peer.close();
-        }
-        // Everything still in flight is cancelled through its lifecycle: the peer is gone (Disconnect) or the
-        // server is going (Shutdown). Each gets the close grace to settle: its dialect's reply is written, and in
-        // cooperative mode a handler may still clean up.
-        let reason = match ending {
-            Ending::Disconnect => CancelReason::Disconnect,
-            Ending::Shutdown => CancelReason::Shutdown,
-        };
-        let cancelled = self.registry.cancel_all(reason);
-        if !in_flight.is_empty() {
-            tracing::debug!(
-                in_flight = in_flight.len(),
-                cancelled,
-                ?ending,
-                "connection closing"
-            );
-            // The close grace bounds the wait only for what the cancel could not reach (requests that are never
-            // cancellable, such as `initialize`; notifications). A cancelled request is settled by its cancel
-            // layer, at once or, in cooperative mode, within the layer's own grace period, so the wait goes on
-            // while the registry still holds one. Cutting it at the close grace (as before) dropped a cooperative
-            // handler's request without any reply when its grace was the longer, although on a shutdown the peer
-            // is still waiting for it (invariant 1).
-            let mut grace = std::pin::pin!(tokio::time::sleep(self.close_grace));
-            let mut grace_over = false;
-            loop {
-                tokio::select! {
-                    done = in_flight.next() => match done {
-                        Some(done) => conn.finish(done),
-                        None => break,
-                    },
-                    () = &mut grace, if !grace_over => grace_over = true,
-                }
-                if grace_over && self.registry.is_empty() {
-                    tracing::warn!(
-                        left = in_flight.len(),
-                        "requests still running after the close grace; dropping them"
-                    );
-                    break;
-                }
-            }
-        }
-        drop(in_flight);
-        result
-    }
-}
-
-enum Failure {
-    Panicked,
-    Service(BoxError),
-}
-
-type Settled = (Option<Id>, Result<Option<Response>, Failure>);
-
-fn settle<F, E>(id: Option<Id>, future: F) -> impl Future<Output = Settled>
-where
-    F: Future<Output = Result<Option<Response>, E>>,
-    E: Into<BoxError>,
-{
-    // A safety net for services without an ErrorMapLayer: a panic answers -32603 and the connection goes on.
-    AssertUnwindSafe(future).catch_unwind().map(move |outcome| {
-        let outcome = match outcome {
-            Ok(Ok(reply)) => Ok(reply),
-            Ok(Err(error)) => Err(Failure::Service(error.into())),
-            Err(_) => Err(Failure::Panicked),
-        };
-        (id, outcome)
-    })
-}
-
-struct Connection {
-    outbox: Outbox,
-    in_flight_ids: HashSet<Id>,
-}
-
-impl Connection {
-    fn finish(&mut self, (id, outcome): Settled) {
-        if let Some(id) = &id {
-            self.in_flight_ids.remove(id);
-        }
-        let reply = match outcome {
-            Ok(reply) => reply,
-            Err(failure) => {
-                let error = match failure {
-                    Failure::Panicked => ErrorObject::internal_error("handler panicked"),
-                    Failure::Service(error) => ErrorObject::internal_error(error),
-                };
-                id.clone().map(|id| Response::error(Some(id), error))
-            }
-        };
-        match (reply, id) {
-            (Some(reply), Some(_)) => self.send(&reply),
-            (Some(_), None) => tracing::debug!("reply to a notification dropped"),
-            (None, _) => {}
-        }
-    }
-
-    fn send(&self, reply: &Response) {
-        // An error means the writer is gone; the read loop notices and winds down.
-        let _ = self.outbox.send_response(reply);
-    }
-}
-
-async fn write_loop<W, C>(
-    mut sink: FramedWrite<W, C>,
-    mut rx: OutboxReceiver,
-    closing: CancellationToken,
-    writer_gone: CancellationToken,
-) -> io::Result<()>
-where
-    W: AsyncWrite + Unpin,
-    C: for<'a> Encoder<&'a [u8], Error = io::Error>,
-{
-    let result: io::Result<()> = async {
-        loop {
-            let bytes = tokio::select! {
-                biased;
-                bytes = rx.recv() => bytes,
-                // The read loop is done: write what is queued, then stop.
-                () = closing.cancelled() => {
-                    while let Ok(bytes) = rx.try_recv() {
-                        sink.feed(&bytes[..]).await?;
-                    }
-                    sink.flush().await?;
-                    return Ok(());
-                }
-            };
-            let Some(bytes) = bytes else { return Ok(()) };
-            sink.feed(&bytes[..]).await?;
-            // Batch whatever else is ready into one flush.
-            while let Ok(bytes) = rx.try_recv() {
-                sink.feed(&bytes[..]).await?;
-            }
-            sink.flush().await?;
-        }
-    }
-    .await;
-    if let Err(error) = &result {
-        tracing::debug!(%error, "writing to the connection failed");
-    }
-    // Closing the receiver makes later sends fail, and the token tells the read loop that the peer cannot hear us
-    // any more.
-    rx.close();
-    writer_gone.cancel();
-    match result {
-        // A peer that hung up is a disconnect, not a failure of this side.
-        Err(error) if error.kind() == io::ErrorKind::BrokenPipe => Ok(()),
-        other => other,
+        let scope = Scope::with_dialect(stack.dialect().clone());
+        Server::new(stack.layer(service)).in_scope(scope)
     }
 }

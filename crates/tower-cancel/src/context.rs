@@ -5,7 +5,13 @@ use std::{fmt, sync::Arc};
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
-use crate::{lifecycle::Lifecycle, message::Id, peer::Peer, progress::ProgressFormat};
+use crate::{
+    lifecycle::Lifecycle, message::Id, peer::Peer, progress::ProgressFormat, timeout::Deadline,
+};
+
+/// The longest reason text kept, in bytes: a longer one (a peer's, most likely) is cut at a character boundary
+/// there, so that a hostile peer cannot make every remembered or in-flight cancel hold a frame's worth of text.
+pub const MAX_REASON_BYTES: usize = 256;
 
 /// Why a request was cancelled. Every source ends in the same lifecycle; the dialect renders the reply from this.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -32,17 +38,38 @@ pub enum CancelReason {
 }
 
 impl CancelReason {
-    /// A peer's cancel.
+    /// A peer's cancel, with the reason it gave (cut to [`MAX_REASON_BYTES`]).
     pub fn peer(reason: Option<String>) -> Self {
-        CancelReason::Peer { reason }
-    }
-
-    /// A cancel by this side's own code.
-    pub fn local(reason: impl Into<String>) -> Self {
-        CancelReason::Local {
-            reason: Some(reason.into()),
+        CancelReason::Peer {
+            reason: reason.map(bounded),
         }
     }
+
+    /// A cancel by this side's own code (the text cut to [`MAX_REASON_BYTES`]).
+    pub fn local(reason: impl Into<String>) -> Self {
+        CancelReason::Local {
+            reason: Some(bounded(reason.into())),
+        }
+    }
+
+    /// The reason's text, where it carries one (a peer's or a local cancel's).
+    pub fn text(&self) -> Option<&str> {
+        match self {
+            CancelReason::Peer { reason } | CancelReason::Local { reason } => reason.as_deref(),
+            _ => None,
+        }
+    }
+}
+
+fn bounded(mut text: String) -> String {
+    if text.len() > MAX_REASON_BYTES {
+        let mut end = MAX_REASON_BYTES;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+    text
 }
 
 impl fmt::Display for CancelReason {
@@ -97,42 +124,6 @@ impl RequestContext {
         }
     }
 
-    pub(crate) fn set_peer(&mut self, peer: Peer) {
-        self.peer = Some(peer);
-    }
-
-    /// The connection's peer, as a child of this request: a request sent through it is cancelled (and the peer
-    /// sent the cancel) when this request is cancelled, from any source. Set by a
-    /// [`CascadeLayer`](crate::CascadeLayer) on a connection that has a peer.
-    pub fn peer(&self) -> Option<&Peer> {
-        self.peer.as_ref()
-    }
-
-    /// A token that fires when this request is cancelled, for in-process sub-operations (cancelling it does not
-    /// cancel the request).
-    pub fn child_token(&self) -> CancellationToken {
-        self.lifecycle.token().child_token()
-    }
-
-    pub(crate) fn lifecycle(&self) -> &Arc<Lifecycle> {
-        &self.lifecycle
-    }
-
-    pub(crate) fn progress_format(&self) -> Option<&Arc<dyn ProgressFormat>> {
-        self.progress.as_ref()
-    }
-
-    /// The request's deadline, if a [`TimeoutLayer`](crate::timeout::TimeoutLayer) gave it one. With an idle
-    /// window, progress reports push it back.
-    pub fn deadline(&self) -> Option<Instant> {
-        self.lifecycle.deadline()
-    }
-
-    /// Count activity on the request: pushes back an idle deadline (progress reports do this themselves).
-    pub fn touch(&self) {
-        self.lifecycle.touch();
-    }
-
     /// The request's id.
     pub fn id(&self) -> &Id {
         self.lifecycle.id()
@@ -147,14 +138,10 @@ impl RequestContext {
         self.lifecycle.token()
     }
 
-    /// Whether the request has been cancelled.
-    pub fn is_cancelled(&self) -> bool {
-        self.lifecycle.is_cancelled()
-    }
-
-    /// Why the request was cancelled, once it has been.
-    pub fn reason(&self) -> Option<CancelReason> {
-        self.lifecycle.reason().cloned()
+    /// A token that fires when this request is cancelled, for in-process sub-operations (cancelling it does not
+    /// cancel the request).
+    pub fn child_token(&self) -> CancellationToken {
+        self.lifecycle.token().child_token()
     }
 
     /// Resolves when the request is cancelled.
@@ -162,10 +149,76 @@ impl RequestContext {
         self.lifecycle.token().cancelled()
     }
 
+    /// Whether the request has been cancelled.
+    pub fn is_cancelled(&self) -> bool {
+        self.lifecycle.is_cancelled()
+    }
+
+    /// Whether the request is still unsettled: neither answered nor cancelled.
+    pub fn is_running(&self) -> bool {
+        self.lifecycle.is_running()
+    }
+
+    /// Whether any source may cancel the request: `false` for the requests its dialect never lets be cancelled
+    /// (`initialize`; in the ACP draft, everything before initialization). A timeout is a cancellation, so such a
+    /// request gets no deadline either.
+    pub fn is_cancellable(&self) -> bool {
+        self.lifecycle.is_cancellable()
+    }
+
+    /// Why the request was cancelled, once it has been.
+    pub fn reason(&self) -> Option<CancelReason> {
+        self.lifecycle.reason().cloned()
+    }
+
     /// Cancel the request from this side (reason [`CancelReason::Local`]). Returns `false` if it was already
     /// settled, or can never be cancelled (`initialize`).
     pub fn cancel(&self, reason: impl Into<String>) -> bool {
-        self.lifecycle.cancel(CancelReason::local(reason))
+        self.cancel_with(CancelReason::local(reason))
+    }
+
+    /// Cancel the request for `reason`: the way every source of cancellation ends a request (a timeout layer's
+    /// expiry is `cancel_with(CancelReason::Timeout)`). Returns `true` if this call settled the request; `false`
+    /// if it was already settled (or another source's cancel is settling it now), or can never be cancelled.
+    pub fn cancel_with(&self, reason: CancelReason) -> bool {
+        self.lifecycle.cancel(reason)
+    }
+
+    /// The request's deadline, if a [`TimeoutLayer`](crate::timeout::TimeoutLayer) gave it one. With an idle
+    /// window, progress reports push it back.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.lifecycle.deadline().map(Deadline::at)
+    }
+
+    /// Give the request its deadline. Only the first call counts, so that the outermost timeout layer wins, and
+    /// a request that cannot be cancelled takes none: returns whether this one was taken. Setting it does not
+    /// arm a timer: the layer that sets it cancels the request when it passes ([`cancel_with`](Self::cancel_with)).
+    pub fn set_deadline(&self, deadline: Deadline) -> bool {
+        self.lifecycle.is_cancellable() && self.lifecycle.set_deadline(deadline)
+    }
+
+    /// Count activity on the request: pushes back an idle deadline (progress reports do this themselves).
+    pub fn touch(&self) {
+        if let Some(deadline) = self.lifecycle.deadline() {
+            deadline.push_back(Instant::now());
+        }
+    }
+
+    /// The connection's peer, as a child of this request: a request sent through it is cancelled (and the peer
+    /// sent the cancel) when this request is cancelled, from any source. Set by a
+    /// [`CascadeLayer`](crate::CascadeLayer) on a connection that has a peer.
+    pub fn peer(&self) -> Option<&Peer> {
+        self.peer.as_ref()
+    }
+
+    /// Give the handler `peer` (a [`CascadeLayer`](crate::CascadeLayer) gives the connection's, as a child of
+    /// this request: [`Peer::child_of`]).
+    pub fn set_peer(&mut self, peer: Peer) {
+        self.peer = Some(peer);
+    }
+
+    pub(crate) fn progress_format(&self) -> Option<&Arc<dyn ProgressFormat>> {
+        self.progress.as_ref()
     }
 }
 
@@ -176,6 +229,7 @@ impl fmt::Debug for RequestContext {
             .field("cancelled", &self.is_cancelled())
             .field("reason", &self.lifecycle.reason())
             .field("deadline", &self.deadline())
+            .field("peer", &self.peer.is_some())
             .finish()
     }
 }

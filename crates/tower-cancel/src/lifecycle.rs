@@ -8,37 +8,33 @@
 //! settled the request first, so at most one outcome is ever acted on. The cancellation token fires only on the
 //! move to `CANCELLED`, and the reason is written before that move, so whoever sees `CANCELLED` also sees a reason.
 
-use std::{
-    sync::{atomic::Ordering, Mutex},
-    task::Waker,
-    time::Duration,
-};
+use std::{sync::atomic::Ordering, task::Waker};
 
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-// The state machine's own synchronisation: loom's types in the model-checking build (`src/loom/`). The deadline's
-// mutex stays std's: it is taken alone, never while the state is read, so it has no interleaving to explore.
 use crate::{
     context::CancelReason,
     loom::{fence, AtomicU8, AtomicWaker, OnceLock},
     message::Id,
+    timeout::Deadline,
 };
 
 const RUNNING: u8 = 0;
 const COMPLETED: u8 = 1;
 const CANCELLED: u8 = 2;
 // A request its dialect never lets be cancelled (`initialize`; in the ACP draft, anything before initialization).
-// No source can settle it as cancelled, so its token never fires and a timeout layer gives it no deadline. Before
-// this state existed, a timeout layer below the cancel layer found such a request's context, gave it a deadline
-// and on expiry fired its token with reason Timeout, while nothing ended the request: a cooperative `initialize`
-// handler stopped, an ignoring one was answered normally with a context saying it was cancelled.
+// No source can settle it as cancelled, so its token never fires and a timeout layer gives it no deadline; it only
+// moves to `COMPLETED`, when its handler's outcome is taken (or its future let go of).
 const UNCANCELLABLE: u8 = 3;
 
 /// The state one request shares between its future, its registry entry and its context.
 #[derive(Debug)]
 pub(crate) struct Lifecycle {
     id: Id,
+    // The connection the request arrived on (see `Registry`): the scope of its id and of the cancels its peer sends.
+    conn: u64,
+    // Fixed at creation: whether the request counts in the registry's counters.
+    cancellable: bool,
     state: AtomicU8,
     reason: OnceLock<CancelReason>,
     // Made on first use: most requests never ask for one, and a token costs an allocation, and a lock on each
@@ -46,95 +42,56 @@ pub(crate) struct Lifecycle {
     token: OnceLock<CancellationToken>,
     // The cancel layer's response future, woken on the move to `CANCELLED`.
     waker: AtomicWaker,
-    // Set by a timeout layer, at most once: the request's deadline.
-    // Boxed: most requests have no timeout, and the lifecycle is allocated for every request.
-    timing: OnceLock<Box<Timing>>,
-}
-
-/// A request's deadline. With an idle window, activity (a progress report) pushes the deadline back to `idle`
-/// from now, but never past `max_at`.
-#[derive(Debug)]
-pub(crate) struct Timing {
-    deadline: Mutex<Instant>,
-    idle: Option<Duration>,
-    max_at: Instant,
-}
-
-/// `now + duration`, or a moment 30 years from now if that cannot be represented. A plain `+` panicked on
-/// every request when a layer was configured with `Duration::MAX` (a natural way to say "no maximum").
-pub(crate) fn deadline_after(now: Instant, duration: Duration) -> Instant {
-    const FAR: Duration = Duration::from_secs(30 * 365 * 24 * 60 * 60);
-    now.checked_add(duration).unwrap_or_else(|| now + FAR)
-}
-
-impl Timing {
-    pub(crate) fn new(now: Instant, timeout: Duration, reset: Option<Duration>) -> Self {
-        let deadline = deadline_after(now, timeout);
-        let max_at = reset.map_or(deadline, |max_total| {
-            deadline_after(now, max_total.max(timeout))
-        });
-        Self {
-            deadline: Mutex::new(deadline),
-            idle: reset.map(|_| timeout),
-            max_at,
-        }
-    }
-
-    fn deadline(&self) -> Instant {
-        *self.deadline.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn push_back(&self, now: Instant) {
-        if let Some(idle) = self.idle {
-            let mut deadline = self.deadline.lock().unwrap_or_else(|p| p.into_inner());
-            *deadline = (*deadline).max(deadline_after(now, idle)).min(self.max_at);
-        }
-    }
+    // Set by a timeout layer, at most once. Boxed: most requests have no timeout, and the lifecycle is allocated
+    // for every request.
+    deadline: OnceLock<Box<Deadline>>,
 }
 
 impl Lifecycle {
-    pub(crate) fn new(id: Id) -> Self {
-        Self {
-            id,
-            state: AtomicU8::new(RUNNING),
-            reason: OnceLock::new(),
-            token: OnceLock::new(),
-            waker: AtomicWaker::new(),
-            timing: OnceLock::new(),
-        }
+    /// A request `id` that arrived on connection `conn`.
+    pub(crate) fn new(id: Id, conn: u64) -> Self {
+        Self::with_state(id, conn, RUNNING)
     }
 
     /// A request that can never be cancelled (see `UNCANCELLABLE`): [`cancel`](Self::cancel) is always a no-op.
-    pub(crate) fn uncancellable(id: Id) -> Self {
-        let lifecycle = Self::new(id);
-        lifecycle.state.store(UNCANCELLABLE, Ordering::Relaxed);
-        lifecycle
+    pub(crate) fn uncancellable(id: Id, conn: u64) -> Self {
+        Self::with_state(id, conn, UNCANCELLABLE)
     }
 
-    /// Whether any source may cancel the request.
+    fn with_state(id: Id, conn: u64, state: u8) -> Self {
+        Self {
+            id,
+            conn,
+            cancellable: state == RUNNING,
+            state: AtomicU8::new(state),
+            reason: OnceLock::new(),
+            token: OnceLock::new(),
+            waker: AtomicWaker::new(),
+            deadline: OnceLock::new(),
+        }
+    }
+
+    /// Whether any source may cancel the request (fixed when it is made).
     pub(crate) fn is_cancellable(&self) -> bool {
-        self.state.load(Ordering::Acquire) != UNCANCELLABLE
+        self.cancellable
     }
 
     /// Give the request a deadline. Only the first call counts (the outermost timeout layer wins).
-    pub(crate) fn set_timing(&self, timing: Timing) -> bool {
-        self.timing.set(Box::new(timing)).is_ok()
+    pub(crate) fn set_deadline(&self, deadline: Deadline) -> bool {
+        self.deadline.set(Box::new(deadline)).is_ok()
     }
 
-    /// The request's deadline now, if it has one.
-    pub(crate) fn deadline(&self) -> Option<Instant> {
-        self.timing.get().map(|timing| timing.deadline())
-    }
-
-    /// Activity: push back an idle deadline.
-    pub(crate) fn touch(&self) {
-        if let Some(timing) = self.timing.get() {
-            timing.push_back(Instant::now());
-        }
+    /// The request's deadline, if it has one.
+    pub(crate) fn deadline(&self) -> Option<&Deadline> {
+        self.deadline.get().map(|deadline| &**deadline)
     }
 
     pub(crate) fn id(&self) -> &Id {
         &self.id
+    }
+
+    pub(crate) fn conn(&self) -> u64 {
+        self.conn
     }
 
     /// The request's token, made on first use and fired if the request is (or becomes) cancelled.
@@ -187,9 +144,19 @@ impl Lifecycle {
 
     /// Settle as completed. Returns `false` if a cancel won first.
     pub(crate) fn complete(&self) -> bool {
+        let from = if self.cancellable {
+            RUNNING
+        } else {
+            UNCANCELLABLE
+        };
         self.state
-            .compare_exchange(RUNNING, COMPLETED, Ordering::AcqRel, Ordering::Acquire)
+            .compare_exchange(from, COMPLETED, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
+    }
+
+    /// Whether the request is still unsettled: neither completed nor cancelled.
+    pub(crate) fn is_running(&self) -> bool {
+        matches!(self.state.load(Ordering::Acquire), RUNNING | UNCANCELLABLE)
     }
 
     pub(crate) fn is_cancelled(&self) -> bool {
@@ -214,56 +181,31 @@ impl Lifecycle {
 mod tests {
     use super::*;
 
-    #[tokio::test(start_paused = true)]
-    async fn activity_pushes_an_idle_deadline_back_but_never_past_the_maximum() {
-        let start = Instant::now();
-        let secs = Duration::from_secs;
-        let l = Lifecycle::new(1.into());
-        assert!(l.set_timing(Timing::new(start, secs(10), Some(secs(25)))));
-        assert!(!l.set_timing(Timing::new(start, secs(1), None)), "set once");
-        assert_eq!(l.deadline(), Some(start + secs(10)));
-        tokio::time::advance(secs(8)).await;
-        l.touch();
-        assert_eq!(l.deadline(), Some(start + secs(18)));
-        tokio::time::advance(secs(12)).await;
-        l.touch();
-        assert_eq!(
-            l.deadline(),
-            Some(start + secs(25)),
-            "capped at the maximum"
-        );
-
-        let fixed = Lifecycle::new(2.into());
-        fixed.set_timing(Timing::new(start, secs(10), None));
-        fixed.touch();
-        assert_eq!(
-            fixed.deadline(),
-            Some(start + secs(10)),
-            "no idle window: fixed"
-        );
-    }
-
     #[test]
     fn an_uncancellable_request_is_never_cancelled() {
-        let l = Lifecycle::uncancellable(1.into());
+        let l = Lifecycle::uncancellable(1.into(), 1);
         assert!(!l.is_cancellable());
         assert!(!l.cancel(CancelReason::Timeout));
         assert!(!l.is_cancelled());
         assert_eq!(l.reason(), None);
         assert!(!l.token().is_cancelled());
-        assert!(Lifecycle::new(2.into()).is_cancellable());
+        assert!(l.is_running());
+        assert!(l.complete(), "it completes");
+        assert!(!l.is_running());
+        assert!(!l.cancel(CancelReason::Timeout));
+        assert!(Lifecycle::new(2.into(), 1).is_cancellable());
     }
 
     #[test]
     fn first_settlement_wins() {
-        let l = Lifecycle::new(1.into());
+        let l = Lifecycle::new(1.into(), 1);
         assert!(l.cancel(CancelReason::Timeout));
         assert!(!l.complete());
         assert!(!l.cancel(CancelReason::Disconnect));
         assert_eq!(l.reason(), Some(&CancelReason::Timeout));
         assert!(l.token().is_cancelled());
 
-        let l = Lifecycle::new(2.into());
+        let l = Lifecycle::new(2.into(), 1);
         assert!(l.complete());
         assert!(!l.cancel(CancelReason::peer(None)));
         assert_eq!(l.reason(), None);
@@ -272,13 +214,13 @@ mod tests {
 
     #[test]
     fn the_token_is_made_on_first_use_and_fires_whenever_it_was_made() {
-        let early = Lifecycle::new(1.into());
+        let early = Lifecycle::new(1.into(), 1);
         let token = early.token().clone();
         assert!(!token.is_cancelled());
         assert!(early.cancel(CancelReason::Timeout));
         assert!(token.is_cancelled(), "a token made before the cancel fires");
 
-        let late = Lifecycle::new(2.into());
+        let late = Lifecycle::new(2.into(), 1);
         assert!(late.token.get().is_none(), "no token until asked for");
         assert!(late.cancel(CancelReason::Timeout));
         assert!(
@@ -302,13 +244,13 @@ mod tests {
         let count = Arc::new(Count(AtomicUsize::new(0)));
         let waker = Waker::from(count.clone());
 
-        let completed = Lifecycle::new(1.into());
+        let completed = Lifecycle::new(1.into(), 1);
         completed.wake_on_cancel(&waker);
         assert!(completed.complete());
         assert!(!completed.cancel(CancelReason::Timeout));
         assert_eq!(count.0.load(Ordering::SeqCst), 0);
 
-        let cancelled = Lifecycle::new(2.into());
+        let cancelled = Lifecycle::new(2.into(), 1);
         cancelled.wake_on_cancel(&waker);
         assert!(cancelled.cancel(CancelReason::Timeout));
         assert_eq!(count.0.load(Ordering::SeqCst), 1);

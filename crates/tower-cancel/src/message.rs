@@ -12,7 +12,7 @@ use serde::{
 };
 use serde_json::{value::RawValue, Value};
 
-use crate::context::RequestContext;
+use crate::{context::RequestContext, scope::Connection};
 
 /// The standard error codes of JSON-RPC 2.0 and of the protocols built on it.
 pub mod code {
@@ -194,8 +194,9 @@ pub struct Request {
     method: String,
     params: Option<Box<RawValue>>,
     extensions: Extensions,
-    // A field rather than an extension: every request that passes a cancel layer has one, and an extension would
-    // cost a map and a box per request.
+    // Fields rather than extensions: every request a transport reads has a connection and every request that
+    // passes a cancel layer a context, and an extension would cost a map and a box per request.
+    connection: Option<Connection>,
     context: Option<RequestContext>,
 }
 
@@ -224,6 +225,7 @@ impl Request {
             method,
             params,
             extensions: Extensions::new(),
+            connection: None,
             context: None,
         }
     }
@@ -254,7 +256,7 @@ impl Request {
         serde_json::from_str(raw).map_err(ErrorObject::invalid_params)
     }
 
-    /// The request's extensions: the cancel layer puts the [`RequestContext`] here, transports their own data.
+    /// The request's extensions: transports and your own layers put their data here.
     pub fn extensions(&self) -> &Extensions {
         &self.extensions
     }
@@ -262,6 +264,16 @@ impl Request {
     /// Mutable access to the extensions.
     pub fn extensions_mut(&mut self) -> &mut Extensions {
         &mut self.extensions
+    }
+
+    /// The connection the request arrived on, set by the transport ([`Connection::prepare`]): its scope, its
+    /// outbox and its peer.
+    pub fn connection(&self) -> Option<&Connection> {
+        self.connection.as_ref()
+    }
+
+    pub(crate) fn set_connection(&mut self, connection: Connection) {
+        self.connection = Some(connection);
     }
 
     /// The request's cancellation context, once the request has passed a [`CancelLayer`](crate::CancelLayer).
@@ -273,7 +285,9 @@ impl Request {
         self.context = Some(context);
     }
 
-    pub(crate) fn context_mut(&mut self) -> Option<&mut RequestContext> {
+    /// The request's cancellation context, mutably: for layers that give the handler more (a
+    /// [`CascadeLayer`](crate::CascadeLayer) sets its child [`Peer`](crate::Peer)).
+    pub fn context_mut(&mut self) -> Option<&mut RequestContext> {
         self.context.as_mut()
     }
 

@@ -43,11 +43,12 @@ use crate::{
     message::{ErrorObject, Id, Request, Response},
     outbox::Outbox,
     progress::ProgressUpdate,
-    registry::{Registry, SessionState},
+    scope::SessionState,
 };
 
-/// The part of a dialect a peer needs, object-safe so that `Peer` is one type for every dialect.
-trait PeerDialect: Send + Sync {
+/// The part of a dialect a peer needs, object-safe so that `Peer` (and a `Scope`) is one type for every dialect.
+pub(crate) trait PeerDialect: Send + Sync {
+    fn name(&self) -> &'static str;
     fn cancel_message(&self, id: &Id, reason: Option<&str>) -> Request;
     fn may_send_cancel(&self, method: &str, session: &SessionState) -> bool;
     fn waits_after_cancel(&self) -> bool;
@@ -57,6 +58,10 @@ trait PeerDialect: Send + Sync {
 }
 
 impl<D: Dialect> PeerDialect for D {
+    fn name(&self) -> &'static str {
+        Dialect::name(self)
+    }
+
     fn cancel_message(&self, id: &Id, reason: Option<&str>) -> Request {
         Dialect::cancel_message(self, id, reason)
     }
@@ -92,9 +97,9 @@ pub struct Peer {
 }
 
 struct Shared {
-    dialect: Box<dyn PeerDialect>,
+    dialect: Arc<dyn PeerDialect>,
     outbox: Outbox,
-    registry: Registry,
+    session: Arc<SessionState>,
     pending: Mutex<HashMap<Id, Pending>>,
     next_id: AtomicI64,
     closed: AtomicBool,
@@ -169,14 +174,23 @@ impl fmt::Display for PeerError {
 impl std::error::Error for PeerError {}
 
 impl Peer {
-    /// A peer sending through `outbox`, with the dialect's rules, its session state read from `registry` (the
-    /// connection's scope).
-    pub fn new<D: Dialect>(dialect: D, outbox: Outbox, registry: Registry) -> Self {
+    /// A peer sending through `outbox`, with the dialect's rules and a session state of its own. A transport's
+    /// connection has one already ([`Connection::peer`](crate::scope::Connection::peer)), sharing its session
+    /// state with the connection's cancel layer.
+    pub fn new<D: Dialect>(dialect: D, outbox: Outbox) -> Self {
+        Self::with_session(Arc::new(dialect), outbox, Arc::default())
+    }
+
+    pub(crate) fn with_session(
+        dialect: Arc<dyn PeerDialect>,
+        outbox: Outbox,
+        session: Arc<SessionState>,
+    ) -> Self {
         Self {
             shared: Arc::new(Shared {
-                dialect: Box::new(dialect),
+                dialect,
                 outbox,
-                registry,
+                session,
                 pending: Mutex::new(HashMap::new()),
                 next_id: AtomicI64::new(0),
                 closed: AtomicBool::new(false),
@@ -332,11 +346,9 @@ impl Peer {
             return false;
         };
         if let Ok(result) = &response.outcome {
-            self.shared.dialect.observe_response(
-                &pending.method,
-                result,
-                self.shared.registry.session(),
-            );
+            self.shared
+                .dialect
+                .observe_response(&pending.method, result, &self.shared.session);
         }
         if pending.reply.send(response).is_err() {
             // The caller went away between the lookup and now: the reply is late after all.
@@ -392,10 +404,7 @@ impl Peer {
 
     fn send_cancel(&self, id: &Id, method: &str, reason: Option<&str>) -> bool {
         let shared = &self.shared;
-        if !shared
-            .dialect
-            .may_send_cancel(method, shared.registry.session())
-        {
+        if !shared.dialect.may_send_cancel(method, &shared.session) {
             tracing::debug!(%id, method, "no cancel sent: the dialect does not allow it here");
             return false;
         }

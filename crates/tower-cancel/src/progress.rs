@@ -113,7 +113,7 @@ impl Progress {
     pub(crate) fn new(request: &Request) -> Option<Self> {
         let context = request.context()?;
         let format = context.progress_format()?.clone();
-        let outbox = request.extensions().get::<Outbox>()?.clone();
+        let outbox = request.connection()?.outbox().clone();
         let token = format.token(request)?;
         Some(Self {
             token,
@@ -129,10 +129,11 @@ impl Progress {
         &self.token
     }
 
-    /// Send a report, and push back the request's idle deadline. Returns `false` if the request is settled or
-    /// the connection is gone (nothing is sent then).
+    /// Send a report, and push back the request's idle deadline. Returns `false` if the request is settled
+    /// (answered or cancelled: progress stops with the request, as MCP requires) or the connection is gone;
+    /// nothing is sent then.
     pub fn report(&self, update: ProgressUpdate) -> bool {
-        if self.context.is_cancelled() {
+        if !self.context.is_running() {
             return false;
         }
         let first = !self
@@ -144,7 +145,8 @@ impl Progress {
             update: &update,
         };
         match self.format.notification(&self.token, event) {
-            Some(notification) => self.outbox.send_request(&notification).is_ok(),
+            // Dropped, not queued, when the peer is not reading (see `Outbox::send_if_room`).
+            Some(notification) => self.outbox.send_if_room(&notification).is_ok(),
             None => false,
         }
     }
@@ -152,9 +154,13 @@ impl Progress {
 
 impl Drop for Progress {
     fn drop(&mut self) {
-        if *self.reported.get_mut() {
+        // After the handler's answer nothing more is sent for the request, the end included: the answer ended it.
+        // A cancelled request's progress is ended, before the dialect's cancelled reply (the handler is dropped
+        // first).
+        let answered = !self.context.is_running() && !self.context.is_cancelled();
+        if *self.reported.get_mut() && !answered {
             if let Some(end) = self.format.notification(&self.token, ProgressEvent::End) {
-                let _ = self.outbox.send_request(&end);
+                let _ = self.outbox.send_if_room(&end);
             }
         }
     }

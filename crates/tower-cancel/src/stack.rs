@@ -104,7 +104,13 @@ impl<D: Dialect> CancelStack<D> {
         self.mode(Mode::Cooperative { grace })
     }
 
-    /// The registry for requests that arrive without one in their extensions (see [`CancelLayer::registry`]).
+    /// The dialect the stack was built for: give the same value to the transport's scope
+    /// ([`Scope::with_dialect`](crate::scope::Scope::with_dialect)), so that its peer speaks it too.
+    pub fn dialect(&self) -> &D {
+        self.cancel.dialect()
+    }
+
+    /// The registry for requests that arrive without a connection (see [`CancelLayer::registry`]).
     pub fn registry(mut self, registry: Registry) -> Self {
         self.cancel = self.cancel.registry(registry);
         self

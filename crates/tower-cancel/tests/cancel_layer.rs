@@ -3,18 +3,26 @@
 use serde_json::{json, Value};
 use tokio_test::{assert_pending, assert_ready, assert_ready_err, assert_ready_ok, task};
 use tower_cancel::{
-    dialect::Lsp, registry::DuplicateId, CancelLayer, CancelReason, Cancelled, Registry, Request,
+    dialect::Lsp, registry::DuplicateId, CancelLayer, CancelReason, Cancelled, Connection, Outbox,
+    Registry, Request, Scope,
 };
 use tower_test::mock;
 
-fn in_scope(registry: &Registry, mut req: Request) -> Request {
-    req.extensions_mut().insert(registry.clone());
+/// A connection of a scope of its own, as a transport makes one, and its scope's registry.
+fn connection() -> (Connection, Registry) {
+    let connection = Scope::new().connect(Outbox::closed());
+    let registry = connection.registry().clone();
+    (connection, registry)
+}
+
+fn in_scope(connection: &Connection, mut req: Request) -> Request {
+    connection.prepare(&mut req);
     req
 }
 
-fn cancel(registry: &Registry, id: i64) -> Request {
+fn cancel(connection: &Connection, id: i64) -> Request {
     in_scope(
-        registry,
+        connection,
         Request::notification("$/cancelRequest", json!({ "id": id })),
     )
 }
@@ -22,18 +30,18 @@ fn cancel(registry: &Registry, id: i64) -> Request {
 #[tokio::test]
 async fn always_ready_and_a_queued_request_is_cancelled_without_reaching_the_service() {
     let (mut service, mut handle) = mock::spawn_layer::<Request, Value, _>(CancelLayer::new(Lsp));
-    let registry = Registry::new();
+    let (connection, registry) = connection();
     // The inner service is saturated: it accepts nothing.
     handle.allow(0);
 
     assert_ready_ok!(service.poll_ready());
-    let mut queued = task::spawn(service.call(in_scope(&registry, Request::new(1, "work", ()))));
+    let mut queued = task::spawn(service.call(in_scope(&connection, Request::new(1, "work", ()))));
     assert_pending!(queued.poll());
     assert_eq!(registry.len(), 1);
 
     // The cancel is not stuck behind the saturated service.
     assert_ready_ok!(service.poll_ready());
-    let mut cancelled = task::spawn(service.call(cancel(&registry, 1)));
+    let mut cancelled = task::spawn(service.call(cancel(&connection, 1)));
     assert_eq!(assert_ready_ok!(cancelled.poll()), Value::Null);
 
     let error = assert_ready_err!(queued.poll());
@@ -53,9 +61,10 @@ async fn always_ready_and_a_queued_request_is_cancelled_without_reaching_the_ser
 #[tokio::test]
 async fn a_completion_is_the_one_outcome_and_the_entry_is_removed() {
     let (mut service, mut handle) = mock::spawn_layer::<Request, Value, _>(CancelLayer::new(Lsp));
-    let registry = Registry::new();
+    let (connection, registry) = connection();
     assert_ready_ok!(service.poll_ready());
-    let mut response = task::spawn(service.call(in_scope(&registry, Request::new(2, "work", ()))));
+    let mut response =
+        task::spawn(service.call(in_scope(&connection, Request::new(2, "work", ()))));
     assert_pending!(response.poll());
 
     let (request, send) = handle
@@ -72,7 +81,7 @@ async fn a_completion_is_the_one_outcome_and_the_entry_is_removed() {
 
     // A cancel that comes later changes nothing.
     assert_ready_ok!(service.poll_ready());
-    assert_ready_ok!(task::spawn(service.call(cancel(&registry, 2))).poll());
+    assert_ready_ok!(task::spawn(service.call(cancel(&connection, 2))).poll());
     assert!(!ctx.is_cancelled());
     assert!(registry.is_empty());
     assert_eq!(registry.stats().completed, 1);
@@ -81,9 +90,10 @@ async fn a_completion_is_the_one_outcome_and_the_entry_is_removed() {
 #[tokio::test]
 async fn the_token_reports_cancellation_and_cancelling_it_does_not_cancel_the_request() {
     let (mut service, mut handle) = mock::spawn_layer::<Request, Value, _>(CancelLayer::new(Lsp));
-    let registry = Registry::new();
+    let (connection, registry) = connection();
     assert_ready_ok!(service.poll_ready());
-    let mut response = task::spawn(service.call(in_scope(&registry, Request::new(3, "work", ()))));
+    let mut response =
+        task::spawn(service.call(in_scope(&connection, Request::new(3, "work", ()))));
     assert_pending!(response.poll());
     let (request, send) = handle.next_request().await.expect("reached the service");
     let ctx = request
@@ -102,11 +112,11 @@ async fn the_token_reports_cancellation_and_cancelling_it_does_not_cancel_the_re
 
     // A real cancel fires a token handed out while the request was running.
     assert_ready_ok!(service.poll_ready());
-    let mut second = task::spawn(service.call(in_scope(&registry, Request::new(4, "work", ()))));
+    let mut second = task::spawn(service.call(in_scope(&connection, Request::new(4, "work", ()))));
     assert_pending!(second.poll());
     let (request, _send) = handle.next_request().await.expect("reached the service");
     let token = request.context().expect("a context").child_token();
-    assert_ready_ok!(task::spawn(service.call(cancel(&registry, 4))).poll());
+    assert_ready_ok!(task::spawn(service.call(cancel(&connection, 4))).poll());
     assert!(second.is_woken(), "the cancel wakes the response future");
     assert_ready_err!(second.poll());
     assert!(token.is_cancelled());
@@ -116,12 +126,13 @@ async fn the_token_reports_cancellation_and_cancelling_it_does_not_cancel_the_re
 #[tokio::test]
 async fn a_cancel_before_its_request_means_the_request_starts_cancelled() {
     let (mut service, mut handle) = mock::spawn_layer::<Request, Value, _>(CancelLayer::new(Lsp));
-    let registry = Registry::new();
+    let (connection, registry) = connection();
     assert_ready_ok!(service.poll_ready());
-    assert_ready_ok!(task::spawn(service.call(cancel(&registry, 3))).poll());
+    assert_ready_ok!(task::spawn(service.call(cancel(&connection, 3))).poll());
 
     assert_ready_ok!(service.poll_ready());
-    let mut response = task::spawn(service.call(in_scope(&registry, Request::new(3, "work", ()))));
+    let mut response =
+        task::spawn(service.call(in_scope(&connection, Request::new(3, "work", ()))));
     assert_ready_err!(response.poll());
     let mut next = task::spawn(handle.next_request());
     assert_pending!(next.poll());
@@ -132,12 +143,12 @@ async fn a_cancel_before_its_request_means_the_request_starts_cancelled() {
 #[tokio::test]
 async fn an_id_in_flight_is_refused() {
     let (mut service, _handle) = mock::spawn_layer::<Request, Value, _>(CancelLayer::new(Lsp));
-    let registry = Registry::new();
+    let (connection, registry) = connection();
     assert_ready_ok!(service.poll_ready());
-    let mut first = task::spawn(service.call(in_scope(&registry, Request::new(4, "work", ()))));
+    let mut first = task::spawn(service.call(in_scope(&connection, Request::new(4, "work", ()))));
     assert_pending!(first.poll());
     assert_ready_ok!(service.poll_ready());
-    let mut second = task::spawn(service.call(in_scope(&registry, Request::new(4, "work", ()))));
+    let mut second = task::spawn(service.call(in_scope(&connection, Request::new(4, "work", ()))));
     let error = assert_ready_err!(second.poll());
     assert_eq!(
         error.downcast_ref::<DuplicateId>(),
@@ -154,23 +165,24 @@ async fn an_id_in_flight_is_refused() {
 #[tokio::test]
 async fn initialize_is_not_cancellable_and_notifications_pass_through() {
     let (mut service, mut handle) = mock::spawn_layer::<Request, Value, _>(CancelLayer::new(Lsp));
-    let registry = Registry::new();
+    let (connection, registry) = connection();
     assert_ready_ok!(service.poll_ready());
     let mut init =
-        task::spawn(service.call(in_scope(&registry, Request::new(0, "initialize", ()))));
+        task::spawn(service.call(in_scope(&connection, Request::new(0, "initialize", ()))));
     assert_pending!(init.poll());
-    assert!(registry.is_empty(), "initialize is not registered");
+    assert_eq!(registry.len(), 1, "initialize holds its id");
+    assert_eq!(registry.stats().registered, 0, "but is not counted");
 
     assert_ready_ok!(service.poll_ready());
-    assert_ready_ok!(task::spawn(service.call(cancel(&registry, 0))).poll());
+    assert_ready_ok!(task::spawn(service.call(cancel(&connection, 0))).poll());
     let (_, send) = handle.next_request().await.unwrap();
     send.send_response(json!({ "capabilities": {} }));
     assert_eq!(assert_ready_ok!(init.poll()), json!({ "capabilities": {} }));
-    assert!(registry.session().is_initialized());
+    assert!(connection.session().is_initialized());
 
     assert_ready_ok!(service.poll_ready());
     let mut note = task::spawn(service.call(in_scope(
-        &registry,
+        &connection,
         Request::notification("initialized", json!({})),
     )));
     // The layer hands the request over when its future is first polled.

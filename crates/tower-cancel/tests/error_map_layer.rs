@@ -1,14 +1,15 @@
-//! `ErrorMapLayer` on its own: every outcome of the inner service becomes the dialect's reply.
+//! `ErrorMapLayer` on its own: every outcome of the inner service becomes the dialect's reply (with a `CancelLayer`
+//! below where the outcome is a panic, which that layer catches).
 
 use serde_json::{json, Value};
-use tokio_test::{assert_ready, assert_ready_ok, task};
-use tower::{service_fn, Service, ServiceExt};
+use tokio_test::{assert_ready_ok, task};
+use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
 use tower_cancel::{
     dialect::{Acp, AcpDraft, Lsp, Mcp},
     registry::DuplicateId,
-    BoxError, CancelReason, Cancelled, Dialect, ErrorMapLayer, ErrorObject, Request, Response,
+    BoxError, CancelLayer, CancelReason, Cancelled, Dialect, ErrorMapLayer, ErrorObject, Request,
+    Response,
 };
-use tower_layer::Layer;
 use tower_test::mock;
 
 async fn reply_for<D: Dialect>(dialect: D, outcome: Result<Value, BoxError>) -> Option<Response> {
@@ -102,10 +103,11 @@ async fn internal_cancellation_is_answered_even_in_mcp() {
         reply_for(Mcp, Err(Box::new(Cancelled::new(CancelReason::Disconnect)))).await,
         None
     );
-    // tower's Elapsed, with no cancel layer around it, is the same Timeout.
+    // tower's Elapsed is a Timeout cancel only where the cancel layer decides so (it knows whether the request
+    // can be cancelled); reaching this layer as it is, it is an ordinary failure.
     assert_eq!(
         reply_for(Acp, Err(Box::new(tower::timeout::error::Elapsed::new()))).await,
-        error_reply(-32800, "Request cancelled")
+        error_reply(-32603, "Internal error: request timed out")
     );
 }
 
@@ -145,12 +147,16 @@ async fn lsp_server_cancellable_methods_get_server_cancelled_for_internal_cancel
 
 #[tokio::test]
 async fn panics_become_internal_errors_and_notifications_get_nothing() {
-    let panicking = ErrorMapLayer::new(Lsp).layer(service_fn(|req: Request| async move {
-        if req.method() == "boom" {
-            panic!("boom");
-        }
-        Err::<Value, BoxError>("failed".into())
-    }));
+    // The cancel layer catches the panic where it decides the outcome; this layer renders it.
+    let panicking = ServiceBuilder::new()
+        .layer(ErrorMapLayer::new(Lsp))
+        .layer(CancelLayer::new(Lsp))
+        .service(service_fn(|req: Request| async move {
+            if req.method() == "boom" {
+                panic!("boom");
+            }
+            Err::<Value, BoxError>("failed".into())
+        }));
     let reply = panicking
         .clone()
         .oneshot(Request::new(1, "boom", ()))
@@ -170,6 +176,7 @@ async fn panics_become_internal_errors_and_notifications_get_nothing() {
     assert_eq!(reply, None);
 
     // A panic in `call` itself is caught too.
+    #[derive(Clone)]
     struct PanicsInCall;
     impl Service<Request> for PanicsInCall {
         type Response = Value;
@@ -185,15 +192,16 @@ async fn panics_become_internal_errors_and_notifications_get_nothing() {
             panic!("in call")
         }
     }
-    let mut service = ErrorMapLayer::new(Lsp).layer(PanicsInCall);
-    let mut reply = task::spawn(service.call(Request::new(2, "m", ())));
+    let service = ServiceBuilder::new()
+        .layer(ErrorMapLayer::new(Lsp))
+        .layer(CancelLayer::new(Lsp))
+        .service(PanicsInCall);
+    let reply = service.oneshot(Request::new(2, "m", ())).await.unwrap();
     assert_eq!(
-        assert_ready!(reply.poll())
-            .unwrap()
-            .unwrap()
-            .outcome
-            .unwrap_err()
-            .code,
-        -32603
+        reply,
+        Some(Response::error(
+            Some(2.into()),
+            ErrorObject::new(-32603, "Internal error: handler panicked")
+        ))
     );
 }

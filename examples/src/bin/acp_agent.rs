@@ -25,7 +25,7 @@ use std::{
 use examples::SleepStats;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
-use tower::{service_fn, ServiceBuilder};
+use tower::service_fn;
 use tower_cancel::{
     dialect::{Acp, AcpDraft, Dialect},
     CancelStack, ErrorObject, Peer, Request,
@@ -150,14 +150,13 @@ impl Drop for PromptEntry {
 }
 
 async fn serve<D: Dialect>(dialect: D, agent: Agent) -> std::io::Result<()> {
-    let stack = CancelStack::new(dialect.clone()).timeouts(examples::timeouts_from_args());
-    let service = ServiceBuilder::new()
-        .layer(stack)
-        .service(service_fn(move |req| agent.clone().handle(req)));
-    let mut server = Server::new(service);
-    // The agent calls its client too (session/request_permission): the connection's peer.
-    server.peer(dialect);
-    server.serve_stdio(Framing::Ndjson).await
+    let stack = CancelStack::new(dialect).timeouts(examples::timeouts_from_args());
+    // The agent calls its client too (session/request_permission): `with_stack` gives the connection a peer that
+    // speaks the stack's dialect.
+    let handler = service_fn(move |req| agent.clone().handle(req));
+    Server::with_stack(stack, handler)
+        .serve_stdio(Framing::Ndjson)
+        .await
 }
 
 #[tokio::main]

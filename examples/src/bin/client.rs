@@ -13,8 +13,8 @@ use std::{process::Stdio, time::Duration};
 
 use serde_json::{json, Value};
 use tokio::process::Command;
-use tower::{service_fn, ServiceBuilder};
-use tower_cancel::{dialect::Lsp, CancelStack, ErrorObject, Peer, Request};
+use tower::service_fn;
+use tower_cancel::{CancelStack, ErrorObject, Peer, Request};
 use tower_cancel_io::{Framing, Server};
 
 /// The counters of the server's sleep handlers, once `key` has reached `at_least` (the server settles a cancelled
@@ -51,13 +51,11 @@ async fn main() {
 
     // The client side of the connection is served like any other: it answers the server's requests (none here)
     // and its peer sends ours.
-    let service = ServiceBuilder::new()
-        .layer(CancelStack::lsp())
-        .service(service_fn(|req: Request| async move {
-            Err::<Value, _>(ErrorObject::method_not_found(req.method()))
-        }));
-    let mut connection = Server::new(service);
-    let server = connection.peer(Lsp);
+    let handler = service_fn(|req: Request| async move {
+        Err::<Value, _>(ErrorObject::method_not_found(req.method()))
+    });
+    let connection = Server::with_stack(CancelStack::lsp(), handler);
+    let server = connection.peer().expect("the stack's dialect gives a peer");
     let serving = tokio::spawn(connection.serve(from_server, to_server, Framing::ContentLength));
 
     let init = server

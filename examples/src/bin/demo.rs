@@ -17,9 +17,7 @@ use tokio::net::{
 };
 use tokio_util::codec::{FramedRead, FramedWrite};
 use tower::{service_fn, ServiceBuilder};
-use tower_cancel::{
-    dialect::Lsp, CancelStack, ErrorObject, PeerError, Registry, Request, TimeoutLayer,
-};
+use tower_cancel::{CancelStack, ErrorObject, PeerError, Registry, Request, TimeoutLayer};
 use tower_cancel_io::{ContentLengthCodec, Framing, Server};
 
 /// How many sleep handlers the server runs at once; the next request waits in the queue.
@@ -122,13 +120,11 @@ async fn peer_rows(stats: &SleepStats, rows: &mut Vec<Row>) {
         let (read, write) = server_end.into_split();
         server.serve(read, write, Framing::ContentLength).await
     });
-    let client_service = ServiceBuilder::new()
-        .layer(CancelStack::lsp())
-        .service(service_fn(|req: Request| async move {
-            Err::<Value, _>(ErrorObject::method_not_found(req.method()))
-        }));
-    let mut client = Server::new(client_service);
-    let peer = client.peer(Lsp);
+    let client_handler = service_fn(|req: Request| async move {
+        Err::<Value, _>(ErrorObject::method_not_found(req.method()))
+    });
+    let client = Server::with_stack(CancelStack::lsp(), client_handler);
+    let peer = client.peer().expect("the stack's dialect gives a peer");
     tokio::spawn(async move {
         let (read, write) = client_end.into_split();
         client.serve(read, write, Framing::ContentLength).await

@@ -1,23 +1,20 @@
 use std::{
     fmt,
     future::Future,
+    panic::AssertUnwindSafe,
     pin::Pin,
     sync::Arc,
-    task::{ready, Context, Poll},
+    task::{Context, Poll},
 };
 
 use pin_project_lite::pin_project;
 use tokio::time::Sleep;
-use tower::util::Oneshot;
 use tower_service::Service;
 
-use super::{Cancelled, Mode};
+use super::{Cancelled, Mode, Panicked, Unavailable};
 use crate::{
-    context::CancelReason,
-    lifecycle::Lifecycle,
-    message::Request,
-    registry::{Registration, Registry},
-    BoxError,
+    context::CancelReason, dispatch::Dispatch, lifecycle::Lifecycle, message::Request,
+    scope::Registration, BoxError,
 };
 
 pin_project! {
@@ -39,35 +36,21 @@ pin_project! {
     {
         // A cancel notification or an early error: nothing to wait for.
         Ready { result: Option<Result<S::Response, BoxError>> },
-        // A request that cannot be cancelled (a notification, `initialize`): just the inner service. For
-        // `initialize`, `initializes` marks the scope's session initialized when it succeeds.
-        Passthrough { #[pin] inner: Oneshot<S, Request>, initializes: Option<Registry> },
+        // A notification: no lifecycle, just the inner service.
+        Notification { #[pin] dispatch: Dispatch<S> },
         Racing {
             #[pin]
-            call: Call<S>,
+            dispatch: Dispatch<S>,
             // Boxed: a timer is large, and only a cooperative cancel ever arms one.
             grace: Option<Pin<Box<Sleep>>>,
             lifecycle: Arc<Lifecycle>,
             mode: Mode,
             partial_allowed: bool,
+            // `initialize`: its success marks the connection's session initialized.
+            initializes: bool,
             // Dropped (so the entry is removed) when this future completes or is dropped, on every path.
             registration: Option<Registration>,
         },
-    }
-}
-
-pin_project! {
-    // Readiness, then the call: like `Oneshot`, but the state says whether the handler exists yet. A request
-    // cancelled while it waits for readiness (queued behind backpressure) has no handler to wind down, so it is
-    // dropped at once in every mode and never runs.
-    #[project = CallProj]
-    enum Call<S>
-    where
-        S: Service<Request>,
-    {
-        Waiting { service: S, request: Option<Request> },
-        Called { #[pin] future: S::Future },
-        Done,
     }
 }
 
@@ -80,30 +63,28 @@ impl<S: Service<Request>> ResponseFuture<S> {
         }
     }
 
-    pub(crate) fn passthrough(inner: Oneshot<S, Request>, initializes: Option<Registry>) -> Self {
+    pub(crate) fn notification(dispatch: Dispatch<S>) -> Self {
         Self {
-            kind: Kind::Passthrough { inner, initializes },
+            kind: Kind::Notification { dispatch },
         }
     }
 
     pub(crate) fn racing(
-        service: S,
-        request: Request,
+        dispatch: Dispatch<S>,
         lifecycle: Arc<Lifecycle>,
         registration: Registration,
         mode: Mode,
         partial_allowed: bool,
+        initializes: bool,
     ) -> Self {
         Self {
             kind: Kind::Racing {
-                call: Call::Waiting {
-                    service,
-                    request: Some(request),
-                },
+                dispatch,
                 grace: None,
                 lifecycle,
                 mode,
                 partial_allowed,
+                initializes,
                 registration: Some(registration),
             },
         }
@@ -114,7 +95,7 @@ impl<S: Service<Request>> fmt::Debug for ResponseFuture<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match &self.kind {
             Kind::Ready { .. } => "ready",
-            Kind::Passthrough { .. } => "passthrough",
+            Kind::Notification { .. } => "notification",
             Kind::Racing { .. } => "racing",
         };
         f.debug_struct("ResponseFuture")
@@ -135,32 +116,26 @@ where
             KindProj::Ready { result } => {
                 Poll::Ready(result.take().expect("polled after completion"))
             }
-            KindProj::Passthrough { inner, initializes } => {
-                let output = ready!(inner.poll(cx));
-                if let (Ok(_), Some(registry)) = (&output, initializes.take()) {
-                    registry.session().mark_initialized();
-                }
-                Poll::Ready(output.map_err(Into::into))
-            }
+            KindProj::Notification { dispatch } => poll_catching(dispatch, cx),
             KindProj::Racing {
-                mut call,
+                mut dispatch,
                 grace,
                 lifecycle,
                 mode,
                 partial_allowed,
+                initializes,
                 registration,
             } => {
                 // A cancel before the first poll stops the handler before it is even called.
                 if lifecycle.is_cancelled() && grace.is_none() {
                     match *mode {
-                        Mode::Cooperative { grace: period }
-                            if matches!(*call, Call::Called { .. }) =>
-                        {
+                        Mode::Cooperative { grace: period } if !dispatch.is_waiting() => {
                             *grace = Some(Box::pin(tokio::time::sleep(period)));
                         }
                         Mode::Abort | Mode::Cooperative { .. } => {
-                            // Dropping the inner future stops the handler wherever it was parked.
-                            call.set(Call::Done);
+                            // Dropping the inner future stops the handler wherever it was parked. A request still
+                            // queued behind backpressure has no handler to wind down: it never runs, in any mode.
+                            dispatch.set(Dispatch::Done);
                             registration.take();
                             return Poll::Ready(Err(cancelled_error(lifecycle)));
                         }
@@ -168,12 +143,12 @@ where
                 }
                 if let Some(sleep) = grace.as_mut() {
                     if sleep.as_mut().poll(cx).is_ready() {
-                        call.set(Call::Done);
+                        dispatch.set(Dispatch::Done);
                         registration.take();
                         return Poll::Ready(Err(cancelled_error(lifecycle)));
                     }
                 }
-                let output = match poll_call(call.as_mut(), cx) {
+                let output = match poll_catching(dispatch.as_mut(), cx) {
                     Poll::Ready(output) => output,
                     Poll::Pending => {
                         // The cancel wakes this future through the lifecycle (no token needed). Registering
@@ -188,28 +163,23 @@ where
                         return Poll::Pending;
                     }
                 };
-                let output = output.map_err(Into::into);
                 if let Err(error) = &output {
                     // tower's own timeout layer, placed below: its expiry is this request's Timeout cancellation,
-                    // settled through the lifecycle like every other.
+                    // settled through the lifecycle like every other (a no-op for a request that cannot be
+                    // cancelled, whose `Elapsed` stays an ordinary failure).
                     if error.is::<tower::timeout::error::Elapsed>() {
                         lifecycle.cancel(CancelReason::Timeout);
                     }
                 }
                 // Only now drop the inner future: tower's timeout future still holds the handler, and a handler
-                // stopped by it must see reason Timeout in its context as it is dropped, as with every other
-                // source (it saw no reason at all when this came before the cancel above).
-                call.set(Call::Done);
-                let result = if lifecycle.complete() {
-                    output
-                } else if *partial_allowed && grace.is_some() {
-                    // The handler wound down within its grace period: its partial result or its own error is
-                    // the one outcome of this request.
-                    output
-                } else {
-                    // A cancel won the race (possibly a moment before this output): the cancel is the outcome.
-                    Err(cancelled_error(lifecycle))
-                };
+                // stopped by it must see reason Timeout in its context as it is dropped, as with every other source.
+                dispatch.set(Dispatch::Done);
+                let result = settle(lifecycle, output, *partial_allowed && grace.is_some());
+                if *initializes && result.is_ok() {
+                    if let Some(registration) = registration {
+                        registration.connection().session().mark_initialized();
+                    }
+                }
                 registration.take();
                 Poll::Ready(result)
             }
@@ -217,24 +187,53 @@ where
     }
 }
 
-/// Wait for the inner service's readiness, call it, then drive its future.
-fn poll_call<S: Service<Request>>(
-    mut call: Pin<&mut Call<S>>,
+/// Poll the inner service, catching a panic in its `call` or its future: the one place a panic becomes an
+/// outcome ([`Panicked`]).
+fn poll_catching<S>(
+    dispatch: Pin<&mut Dispatch<S>>,
     cx: &mut Context<'_>,
-) -> Poll<Result<S::Response, S::Error>> {
-    loop {
-        match call.as_mut().project() {
-            CallProj::Waiting { service, request } => {
-                if let Err(error) = ready!(service.poll_ready(cx)) {
-                    return Poll::Ready(Err(error));
-                }
-                let request = request.take().expect("called once");
-                let future = service.call(request);
-                call.set(Call::Called { future });
-            }
-            CallProj::Called { future } => return future.poll(cx),
-            CallProj::Done => panic!("polled after completion"),
+) -> Poll<Result<S::Response, BoxError>>
+where
+    S: Service<Request>,
+    S::Error: Into<BoxError>,
+{
+    let mut dispatch = dispatch;
+    match std::panic::catch_unwind(AssertUnwindSafe(|| dispatch.as_mut().poll(cx))) {
+        Ok(poll) => poll,
+        Err(payload) => {
+            // The inner future is left as it was when it panicked: never poll it again.
+            dispatch.set(Dispatch::Done);
+            Poll::Ready(Err(Box::new(Panicked::from_payload(&*payload))))
         }
+    }
+}
+
+/// The one outcome of a request whose handler gave `output`: the handler's, if its completion wins the
+/// lifecycle; else the cancellation, except that a handler winding down within its grace period (`wound_down`,
+/// where the dialect allows partial results) answers with its partial result or its own error. A panic, a
+/// timeout or a cancellation reported by the layers below is never the handler's own answer: after a cancel it is
+/// the cancel's reply (MCP: none at all).
+fn settle<T>(
+    lifecycle: &Lifecycle,
+    output: Result<T, BoxError>,
+    wound_down: bool,
+) -> Result<T, BoxError> {
+    if lifecycle.complete() {
+        return output;
+    }
+    let own_answer = match &output {
+        Ok(_) => true,
+        Err(error) => {
+            !(error.is::<Panicked>()
+                || error.is::<Cancelled>()
+                || error.is::<Unavailable>()
+                || error.is::<tower::timeout::error::Elapsed>())
+        }
+    };
+    if wound_down && own_answer {
+        output
+    } else {
+        Err(cancelled_error(lifecycle))
     }
 }
 

@@ -3,7 +3,7 @@ use std::time::Duration;
 use tower_layer::Layer;
 
 use super::Cancel;
-use crate::{dialect::Dialect, registry::Registry};
+use crate::{dialect::Dialect, outbox::Outbox, registry::Registry, scope::Scope};
 
 /// What happens to a handler when its request is cancelled.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -51,8 +51,8 @@ impl<D> CancelLayer<D> {
         self.mode(Mode::Cooperative { grace })
     }
 
-    /// The registry used for requests that arrive without one in their extensions. By default each service
-    /// built by this layer gets a new one.
+    /// The registry for requests that arrive without a [`Connection`](crate::scope::Connection) (the layer used
+    /// without a transport). By default each service built by this layer gets a new one.
     pub fn registry(mut self, registry: Registry) -> Self {
         self.registry = Some(registry);
         self
@@ -68,11 +68,13 @@ impl<S, D: Dialect> Layer<S> for CancelLayer<D> {
     type Service = Cancel<S, D>;
 
     fn layer(&self, inner: S) -> Self::Service {
+        // Nothing sends through the own connection's outbox: a request without a transport has no peer to tell.
+        let scope = Scope::new().with_registry(self.registry.clone().unwrap_or_default());
         Cancel::new(
             inner,
             self.dialect.clone(),
             self.mode,
-            self.registry.clone().unwrap_or_default(),
+            scope.connect(Outbox::closed()),
         )
     }
 }

@@ -6,12 +6,26 @@
 //!   it with [`CancelReason::Peer`]; a cancel for an unknown id is remembered for a
 //!   while (the request may still be on its way); a malformed cancel is ignored. Cancel notifications never reach
 //!   the inner service.
-//! - It registers every cancellable request in its scope's [`Registry`] (taken from the request's extensions, put
-//!   there by the transport; else the layer's own) and gives the request a [`RequestContext`]
-//!   ([`Request::context`](crate::Request::context)).
+//! - It registers every request in its scope's [`Registry`], through the [`Connection`] the transport tied it to
+//!   ([`Request::connection`](crate::Request::connection); a request without one joins the layer's own scope), and
+//!   gives the request a [`RequestContext`] ([`Request::context`](crate::Request::context)). A second request
+//!   with an id already in flight on the same connection is refused ([`DuplicateId`](crate::registry::DuplicateId)).
 //! - It races the inner future against the request's cancellation (its lifecycle, which also fires the token).
 //!   The first of completion and cancel to reach the request's lifecycle wins; the other is a no-op. A cancelled
 //!   request resolves to a [`Cancelled`] error.
+//!
+//! # Outcomes
+//!
+//! This layer decides each request's one outcome, in one place:
+//!
+//! | what happened | outcome |
+//! |---|---|
+//! | the handler answered, before any cancel | its answer |
+//! | a cancel from any source won (peer, timeout, disconnect, shutdown, parent, local) | [`Cancelled`] with that reason |
+//! | tower's `Elapsed` from a timeout layer below | a Timeout cancel (for `initialize`, which cannot be cancelled, an ordinary failure) |
+//! | the handler panicked (in `call` or its future) | [`Panicked`], unless a cancel won first: then the cancel |
+//! | the inner service failed readiness | [`Unavailable`] for that request (the service is not called) |
+//! | cooperative mode: the handler answered within its grace | its partial result or its own error, where the dialect allows partial results; else the cancel |
 //!
 //! # Backpressure
 //!
@@ -53,21 +67,22 @@ use std::{
     task::{Context, Poll},
 };
 
-use tower::ServiceExt;
 use tower_service::Service;
 
 pub use self::{
-    error::Cancelled,
+    error::{Cancelled, Panicked, Unavailable},
     future::ResponseFuture,
     layer::{CancelLayer, Mode},
 };
 use crate::{
     context::{CancelReason, RequestContext},
     dialect::{Dialect, Recognized},
+    dispatch::Dispatch,
     lifecycle::Lifecycle,
     message::Request,
     progress::ProgressFormat,
     registry::{CancelOutcome, Registry},
+    scope::Connection,
     BoxError,
 };
 
@@ -77,7 +92,8 @@ pub struct Cancel<S, D> {
     inner: S,
     dialect: D,
     mode: Mode,
-    registry: Registry,
+    // For requests that arrive without a connection (the layer used without a transport).
+    own: Connection,
     // The dialect once more, shared, for the progress reports of every request's context.
     progress: Arc<dyn ProgressFormat>,
 }
@@ -88,27 +104,27 @@ impl<S: fmt::Debug, D: fmt::Debug> fmt::Debug for Cancel<S, D> {
             .field("inner", &self.inner)
             .field("dialect", &self.dialect)
             .field("mode", &self.mode)
-            .field("registry", &self.registry)
+            .field("own", &self.own)
             .finish()
     }
 }
 
 impl<S, D: Dialect> Cancel<S, D> {
-    pub(crate) fn new(inner: S, dialect: D, mode: Mode, registry: Registry) -> Self {
+    pub(crate) fn new(inner: S, dialect: D, mode: Mode, own: Connection) -> Self {
         Self {
             inner,
             progress: Arc::new(dialect.clone()),
             dialect,
             mode,
-            registry,
+            own,
         }
     }
 }
 
 impl<S, D> Cancel<S, D> {
-    /// The registry used for requests that arrive without one in their extensions.
+    /// The registry of requests that arrive without a connection.
     pub fn registry(&self) -> &Registry {
-        &self.registry
+        self.own.registry()
     }
 
     /// The inner service.
@@ -145,32 +161,26 @@ where
     }
 
     fn call(&mut self, mut req: Request) -> Self::Future {
-        let registry = req
-            .extensions()
-            .get::<Registry>()
-            .unwrap_or(&self.registry)
-            .clone();
-        let session = registry.session();
+        let connection = req.connection().unwrap_or(&self.own).clone();
+        let session = connection.session();
         // The clone takes the readiness-free copy of the inner service into the request's own future, which
-        // waits for readiness there (raced against the request's token) and then calls it.
+        // waits for readiness there (raced against the request's cancel) and then calls it.
         let inner = self.inner.clone();
 
         let Some(id) = req.id().cloned() else {
             return match self.dialect.recognize(&req, session) {
                 Recognized::Cancel(notice) => {
-                    let outcome =
-                        registry.cancel(&notice.id, CancelReason::peer(notice.reason.clone()));
+                    let reason = CancelReason::peer(notice.reason);
+                    let outcome = connection.cancel(&notice.id, reason.clone());
                     tracing::debug!(
                         dialect = self.dialect.name(),
                         id = %notice.id,
-                        reason = notice.reason.as_deref().unwrap_or(""),
+                        reason = reason.text().unwrap_or(""),
                         ?outcome,
                         "cancel received"
                     );
-                    if outcome == CancelOutcome::Cancelled {
-                        if let Some(reason) = &notice.reason {
-                            tracing::info!(id = %notice.id, reason, "request cancelled by the peer");
-                        }
+                    if let (CancelOutcome::Cancelled, Some(text)) = (outcome, reason.text()) {
+                        tracing::info!(id = %notice.id, reason = text, "request cancelled by the peer");
                     }
                     ResponseFuture::ready(Ok(S::Response::default()))
                 }
@@ -182,34 +192,34 @@ where
                     );
                     ResponseFuture::ready(Ok(S::Response::default()))
                 }
-                Recognized::NotACancel => ResponseFuture::passthrough(inner.oneshot(req), None),
+                Recognized::NotACancel => ResponseFuture::notification(Dispatch::new(inner, req)),
             };
         };
 
         self.dialect.observe_request(&req, session);
-        let cancellable = self.dialect.is_cancellable(req.method(), session);
-        let lifecycle = Arc::new(if cancellable {
-            Lifecycle::new(id)
+        let lifecycle = Arc::new(if self.dialect.is_cancellable(req.method(), session) {
+            Lifecycle::new(id, connection.key())
         } else {
-            // Its context is still given (id, progress), but nothing can cancel it: no timeout either.
-            Lifecycle::uncancellable(id)
+            // Registered all the same (its id is in flight), and given a context (id, progress), but nothing can
+            // cancel it: no timeout either.
+            Lifecycle::uncancellable(id, connection.key())
         });
-        let context = RequestContext::new(lifecycle.clone(), Some(self.progress.clone()));
-        req.set_context(context);
-        if !cancellable {
-            let initializes = (req.method() == "initialize").then_some(registry);
-            return ResponseFuture::passthrough(inner.oneshot(req), initializes);
-        }
-        match registry.register(lifecycle.clone()) {
-            Ok(registration) => ResponseFuture::racing(
-                inner,
-                req,
-                lifecycle,
-                registration,
-                self.mode,
-                self.dialect.allows_partial_result(),
-            ),
-            Err(duplicate) => ResponseFuture::ready(Err(Box::new(duplicate))),
-        }
+        let registration = match connection.register(lifecycle.clone()) {
+            Ok(registration) => registration,
+            Err(duplicate) => return ResponseFuture::ready(Err(Box::new(duplicate))),
+        };
+        let initializes = req.method() == "initialize";
+        req.set_context(RequestContext::new(
+            lifecycle.clone(),
+            Some(self.progress.clone()),
+        ));
+        ResponseFuture::racing(
+            Dispatch::new(inner, req),
+            lifecycle,
+            registration,
+            self.mode,
+            self.dialect.allows_partial_result(),
+            initializes,
+        )
     }
 }

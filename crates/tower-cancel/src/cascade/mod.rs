@@ -1,7 +1,7 @@
 //! Cancel the requests a handler made when the handler's own request is cancelled.
 //!
 //! [`CascadeLayer`] goes innermost, just above your service. For a request that came over a connection with a
-//! [`Peer`] (the transport puts it in the request's extensions) and passed a [`CancelLayer`](crate::CancelLayer),
+//! [`Peer`](crate::Peer) ([`Request::connection`](crate::Request::connection)) and passed a [`CancelLayer`](crate::CancelLayer),
 //! it sets [`RequestContext::peer`](crate::RequestContext::peer): the connection's peer as a child of the request.
 //! When the request is cancelled, from any source (the peer's cancel, a timeout, a disconnect, a shutdown, its own
 //! parent), every outstanding request made through that peer is cancelled and the peer is sent the dialect's cancel
@@ -38,7 +38,7 @@ use std::task::{Context, Poll};
 use tower_service::Service;
 
 pub use self::layer::CascadeLayer;
-use crate::{message::Request, peer::Peer};
+use crate::message::Request;
 
 /// The service built by [`CascadeLayer`].
 #[derive(Clone, Debug)]
@@ -77,7 +77,8 @@ impl<S: Service<Request>> Service<Request> for Cascade<S> {
     }
 
     fn call(&mut self, mut req: Request) -> Self::Future {
-        let child = match (req.extensions().get::<Peer>(), req.context()) {
+        let peer = req.connection().and_then(|connection| connection.peer());
+        let child = match (peer, req.context()) {
             (Some(peer), Some(ctx)) => Some(peer.child_of(ctx.token().clone())),
             _ => None,
         };

@@ -7,7 +7,7 @@ use super::{
 use crate::{
     context::CancelReason,
     message::{Id, Request},
-    registry::SessionState,
+    scope::SessionState,
 };
 
 /// The Agent Client Protocol as it is now: `$/cancel_request {"requestId": …}` (a `_meta` member may be present),

@@ -9,7 +9,7 @@ use crate::{
     context::CancelReason,
     message::{code, ErrorObject, Id, Request},
     progress::{ProgressEvent, ProgressUpdate},
-    registry::SessionState,
+    scope::SessionState,
 };
 
 /// The Language Server Protocol: `$/cancelRequest {"id": …}`, answered with -32800.

@@ -6,7 +6,7 @@ use crate::{
     context::CancelReason,
     message::{code, ErrorObject, Id, Request},
     progress::{ProgressEvent, ProgressUpdate},
-    registry::SessionState,
+    scope::SessionState,
 };
 
 /// The Model Context Protocol: `notifications/cancelled {"requestId": …, "reason": …}`.

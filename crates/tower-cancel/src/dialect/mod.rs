@@ -19,7 +19,7 @@ use crate::{
     context::CancelReason,
     message::{ErrorObject, Id, Request},
     progress::{ProgressEvent, ProgressUpdate},
-    registry::SessionState,
+    scope::SessionState,
 };
 
 mod acp;

@@ -7,7 +7,7 @@ use crate::{
     context::CancelReason,
     message::{Id, Request},
     progress::{ProgressEvent, ProgressUpdate},
-    registry::SessionState,
+    scope::SessionState,
 };
 
 /// A dialect whose requests of some methods opted in to a distinct reply when the server cancels them (LSP's

@@ -1,28 +1,25 @@
 use std::{
     fmt,
     future::Future,
-    panic::AssertUnwindSafe,
     pin::Pin,
     task::{ready, Context, Poll},
 };
 
-use futures_util::FutureExt;
 use pin_project_lite::pin_project;
 use serde_json::Value;
 
 use super::render;
 use crate::{
-    dialect::Dialect,
-    message::{ErrorObject, Id, Response},
-    BoxError,
+    message::{Id, Response},
+    BoxError, Dialect,
 };
 
 pin_project! {
     /// Response future of [`ErrorMap`](super::ErrorMap).
     pub struct ResponseFuture<F, D> {
         #[pin]
-        inner: Option<futures_util::future::CatchUnwind<AssertUnwindSafe<F>>>,
-        failed: Option<String>,
+        inner: Option<F>,
+        failed: Option<BoxError>,
         id: Option<Id>,
         server_cancellable: bool,
         method: Option<String>,
@@ -32,14 +29,14 @@ pin_project! {
 
 impl<F: Future, D> ResponseFuture<F, D> {
     pub(crate) fn new(
-        inner: Option<F>,
+        inner: F,
         id: Option<Id>,
         server_cancellable: bool,
         method: Option<String>,
         dialect: D,
     ) -> Self {
         Self {
-            inner: inner.map(|f| AssertUnwindSafe(f).catch_unwind()),
+            inner: Some(inner),
             failed: None,
             id,
             server_cancellable,
@@ -47,11 +44,9 @@ impl<F: Future, D> ResponseFuture<F, D> {
             dialect,
         }
     }
-}
 
-impl<F: Future, D> ResponseFuture<F, D> {
     pub(crate) fn failed(
-        error: String,
+        error: BoxError,
         id: Option<Id>,
         method: Option<String>,
         dialect: D,
@@ -87,15 +82,8 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let outcome = match this.inner.as_pin_mut() {
-            Some(inner) => match ready!(inner.poll(cx)) {
-                Ok(result) => result.map(Into::into).map_err(Into::into),
-                Err(panic) => Err(panicked(panic)),
-            },
-            None => match this.failed.take() {
-                Some(error) => Err(error.into()),
-                // `call` itself panicked.
-                None => Err(Box::new(HandlerPanicked(None)) as BoxError),
-            },
+            Some(inner) => ready!(inner.poll(cx)).map(Into::into).map_err(Into::into),
+            None => Err(this.failed.take().expect("polled after completion")),
         };
         let Some(id) = this.id.take() else {
             if let Err(error) = outcome {
@@ -109,35 +97,5 @@ where
             *this.server_cancellable,
             this.dialect,
         )))
-    }
-}
-
-fn panicked(panic: Box<dyn std::any::Any + Send>) -> BoxError {
-    let message = panic
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| panic.downcast_ref::<String>().cloned());
-    Box::new(HandlerPanicked(message))
-}
-
-/// The handler panicked; answered with -32603.
-#[derive(Debug)]
-pub(crate) struct HandlerPanicked(pub(crate) Option<String>);
-
-impl fmt::Display for HandlerPanicked {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.0 {
-            Some(message) => write!(f, "handler panicked: {message}"),
-            None => f.write_str("handler panicked"),
-        }
-    }
-}
-
-impl std::error::Error for HandlerPanicked {}
-
-impl From<&HandlerPanicked> for ErrorObject {
-    fn from(_: &HandlerPanicked) -> Self {
-        // The panic message stays in the server's log: it may say things about the server the peer should not see.
-        ErrorObject::internal_error("handler panicked")
     }
 }

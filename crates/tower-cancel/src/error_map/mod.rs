@@ -7,13 +7,18 @@
 //! |---|---|
 //! | `Ok(value)` | `{"result": value}` |
 //! | [`Cancelled`] | the dialect's cancelled reply: -32800 (LSP, ACP), or nothing at all (MCP) |
-//! | tower's `Elapsed` | the same, for reason Timeout |
 //! | an [`ErrorObject`] | that error object, as it is |
 //! | [`DuplicateId`] | -32600 |
-//! | a panic (in `call` or in the future) | -32603, the panic message logged, not sent |
+//! | [`Panicked`] | -32603 `handler panicked`, the panic message logged, not sent |
+//! | [`Unavailable`], or the inner service failing readiness | -32603 `service unavailable`, the error logged |
 //! | any other error | -32603 with the error's text |
 //!
 //! Notifications are never answered; their errors are logged.
+//!
+//! The outcome itself (which of a completion, a cancel, a timeout, a panic counts) is decided by the
+//! [`CancelLayer`](crate::CancelLayer) below, which also catches the handler's panics; this layer only renders it.
+//! Without a cancel layer, a panic goes on to the transport (whose safety net answers it the same way) and
+//! tower's `Elapsed` is an ordinary error.
 //!
 //! # Example
 //!
@@ -37,7 +42,6 @@ mod layer;
 
 use std::{
     convert::Infallible,
-    panic::AssertUnwindSafe,
     task::{Context, Poll},
 };
 
@@ -45,25 +49,29 @@ use serde_json::Value;
 use tower_service::Service;
 
 pub use self::{future::ResponseFuture, layer::ErrorMapLayer};
-use tower::timeout::error::Elapsed;
 
 use crate::{
-    cancel::Cancelled,
-    context::CancelReason,
+    cancel::{Cancelled, Panicked, Unavailable},
     dialect::{CancelledReply, Dialect},
     message::{ErrorObject, Id, Request, Response},
     registry::DuplicateId,
     BoxError,
 };
-use future::HandlerPanicked;
 
 /// The service built by [`ErrorMapLayer`].
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct ErrorMap<S, D> {
     inner: S,
     dialect: D,
     // Set when the inner service failed readiness: the next call is answered with it, without calling inner.
-    not_ready: Option<String>,
+    not_ready: Option<BoxError>,
+}
+
+// By hand: a clone must not inherit a readiness failure that this service saw.
+impl<S: Clone, D: Clone> Clone for ErrorMap<S, D> {
+    fn clone(&self) -> Self {
+        Self::new(self.inner.clone(), self.dialect.clone())
+    }
 }
 
 impl<S, D> ErrorMap<S, D> {
@@ -109,7 +117,7 @@ where
             Poll::Pending => Poll::Pending,
             Poll::Ready(Ok(())) => Poll::Ready(Ok(())),
             Poll::Ready(Err(error)) => {
-                self.not_ready = Some(error.into().to_string());
+                self.not_ready = Some(error.into());
                 Poll::Ready(Ok(()))
             }
         }
@@ -120,10 +128,11 @@ where
         // The method is only kept for notifications, whose failures are logged (requests' failures are answered).
         let method = id.is_none().then(|| req.method().to_owned());
         if let Some(error) = self.not_ready.take() {
+            let error: BoxError = Box::new(Unavailable::new(error));
             return ResponseFuture::failed(error, id, method, self.dialect.clone());
         }
         let server_cancellable = id.is_some() && self.dialect.is_server_cancellable(req.method());
-        let inner = std::panic::catch_unwind(AssertUnwindSafe(|| self.inner.call(req))).ok();
+        let inner = self.inner.call(req);
         ResponseFuture::new(inner, id, server_cancellable, method, self.dialect.clone())
     }
 }
@@ -139,14 +148,7 @@ pub(crate) fn render<D: Dialect>(
         Ok(value) => return Some(Response::ok(id, value)),
         Err(error) => error,
     };
-    // tower's timeout layer without a cancel layer around it: the same Timeout cancellation.
-    let timed_out = Cancelled::new(CancelReason::Timeout);
-    let cancelled = match error.downcast_ref::<Cancelled>() {
-        Some(cancelled) => Some(cancelled),
-        None if error.is::<Elapsed>() => Some(&timed_out),
-        None => None,
-    };
-    if let Some(cancelled) = cancelled {
+    if let Some(cancelled) = error.downcast_ref::<Cancelled>() {
         return match dialect.cancelled_reply(cancelled.reason(), server_cancellable) {
             CancelledReply::Error(object) => Some(Response::error(Some(id), object)),
             CancelledReply::Nothing => {
@@ -155,16 +157,34 @@ pub(crate) fn render<D: Dialect>(
             }
         };
     }
-    let object = if let Some(object) = error.downcast_ref::<ErrorObject>() {
+    log_failure(&id, &error);
+    Some(Response::error(Some(id), error_object(&*error)))
+}
+
+/// The error object that answers `error`, a failure that is not a cancellation (see the table in the
+/// [module docs](self)). Transports use it for the failures they answer themselves (a service without this layer
+/// that fails readiness or panics), so that every failure is answered the same way.
+pub fn error_object(error: &(dyn std::error::Error + Send + Sync + 'static)) -> ErrorObject {
+    if let Some(object) = error.downcast_ref::<ErrorObject>() {
         object.clone()
     } else if let Some(duplicate) = error.downcast_ref::<DuplicateId>() {
         ErrorObject::invalid_request(duplicate)
-    } else if let Some(panicked) = error.downcast_ref::<HandlerPanicked>() {
+    } else if error.is::<Panicked>() {
+        // The panic message stays in the server's log: it may say things about the server the peer should not see.
+        ErrorObject::internal_error("handler panicked")
+    } else {
+        // `Unavailable` says only "service unavailable"; its source stays in the log.
+        ErrorObject::internal_error(error)
+    }
+}
+
+fn log_failure(id: &Id, error: &BoxError) {
+    if let Some(panicked) = error.downcast_ref::<Panicked>() {
         tracing::error!(%id, "{panicked}");
-        ErrorObject::from(panicked)
+    } else if let Some(unavailable) = error.downcast_ref::<Unavailable>() {
+        let source = std::error::Error::source(unavailable).map(ToString::to_string);
+        tracing::error!(%id, error = source.as_deref(), "service unavailable");
     } else {
         tracing::debug!(%id, %error, "handler failed");
-        ErrorObject::internal_error(&error)
-    };
-    Some(Response::error(Some(id), object))
+    }
 }

@@ -250,7 +250,7 @@ fn loom_completion_against_a_timeout_and_a_peer_cancel() {
             let seen = seen.clone();
             move || {
                 let context = seen.context()?;
-                let won = context.lifecycle().cancel(CancelReason::Timeout);
+                let won = context.cancel_with(CancelReason::Timeout);
                 Some((
                     CancelReason::Timeout,
                     if won {
@@ -372,7 +372,7 @@ fn loom_the_token_fires_whenever_it_is_made() {
     // The fence pair of `Lifecycle::token` and `Lifecycle::cancel`: a token made while a cancel is under way is
     // fired by one of the two. Without both fences loom finds the interleaving where neither does.
     explore("a token made during a cancel", || {
-        let lifecycle = Arc::new(Lifecycle::new(Id::from(ID)));
+        let lifecycle = Arc::new(Lifecycle::new(Id::from(ID), 1));
         let handler = thread::spawn({
             let lifecycle = lifecycle.clone();
             move || lifecycle.token().clone()
@@ -391,7 +391,7 @@ fn loom_the_token_fires_whenever_it_is_made() {
 #[test]
 fn loom_a_completion_and_a_cancel_never_both_win() {
     explore("a completion against a cancel, at the lifecycle", || {
-        let lifecycle = Arc::new(Lifecycle::new(Id::from(ID)));
+        let lifecycle = Arc::new(Lifecycle::new(Id::from(ID), 1));
         let canceller = thread::spawn({
             let lifecycle = lifecycle.clone();
             move || lifecycle.cancel(CancelReason::Disconnect)

@@ -2,78 +2,104 @@ use std::{
     fmt,
     future::Future,
     pin::Pin,
-    sync::Arc,
     task::{Context, Poll},
 };
 
 use pin_project_lite::pin_project;
 use tokio::time::Sleep;
+use tower_service::Service;
 
-use crate::{cancel::Cancelled, context::CancelReason, lifecycle::Lifecycle, BoxError};
+use crate::{
+    cancel::Cancelled, context::CancelReason, dispatch::Dispatch, message::Request, BoxError,
+    RequestContext,
+};
 
 pin_project! {
     /// Response future of [`Timeout`](super::Timeout).
-    pub struct ResponseFuture<F> {
+    pub struct ResponseFuture<S>
+    where
+        S: Service<Request>,
+    {
         #[pin]
-        inner: F,
+        dispatch: Dispatch<S>,
         // Boxed: a timer is large (over 100 bytes), and a request without a timeout should not carry room for one.
         sleep: Option<Pin<Box<Sleep>>>,
-        // The request's lifecycle, when a cancel layer above gave it one: expiry cancels it, so the cancel layer
+        // The request's context, when a cancel layer above gave it one: expiry cancels it, so the cancel layer
         // settles the request like any other cancel. Without one, expiry ends this future itself.
-        lifecycle: Option<Arc<Lifecycle>>,
+        context: Option<RequestContext>,
     }
 }
 
-impl<F> ResponseFuture<F> {
-    pub(crate) fn new(inner: F, sleep: Option<Sleep>, lifecycle: Option<Arc<Lifecycle>>) -> Self {
+impl<S: Service<Request>> ResponseFuture<S> {
+    pub(crate) fn new(
+        service: S,
+        request: Request,
+        sleep: Option<Sleep>,
+        context: Option<RequestContext>,
+    ) -> Self {
         Self {
-            inner,
+            dispatch: Dispatch::new(service, request),
             sleep: sleep.map(Box::pin),
-            lifecycle,
+            context,
         }
     }
 }
 
-impl<F> fmt::Debug for ResponseFuture<F> {
+impl<S: Service<Request>> fmt::Debug for ResponseFuture<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ResponseFuture")
             .field("deadline", &self.sleep.as_ref().map(|s| s.deadline()))
+            .field("waiting", &self.dispatch.is_waiting())
             .finish()
     }
 }
 
-impl<F, T, E> Future for ResponseFuture<F>
+impl<S> Future for ResponseFuture<S>
 where
-    F: Future<Output = Result<T, E>>,
-    E: Into<BoxError>,
+    S: Service<Request>,
+    S::Error: Into<BoxError>,
 {
-    type Output = Result<T, BoxError>;
+    type Output = Result<S::Response, BoxError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.project();
-        if let Poll::Ready(output) = this.inner.poll(cx) {
-            return Poll::Ready(output.map_err(Into::into));
-        }
-        while let Some(sleep) = this.sleep.as_mut() {
-            if sleep.as_mut().poll(cx).is_pending() {
-                break;
+        let mut this = self.project();
+        loop {
+            // A request cancelled while it waits for readiness (its deadline passed, or any other source) is never
+            // called: its handler does not exist yet, so there is nothing to wind down, whatever the mode.
+            let waiting = this.dispatch.waiting_request();
+            if let Some(reason) = waiting
+                .and_then(Request::context)
+                .and_then(RequestContext::reason)
+            {
+                return Poll::Ready(Err(Box::new(Cancelled::new(reason))));
             }
-            let Some(lifecycle) = this.lifecycle else {
+            if let Poll::Ready(output) = this.dispatch.as_mut().poll(cx) {
+                return Poll::Ready(output);
+            }
+            let Some(sleep) = this.sleep.as_mut() else {
+                return Poll::Pending;
+            };
+            if sleep.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            let Some(context) = this.context else {
                 return Poll::Ready(Err(Box::new(Cancelled::new(CancelReason::Timeout))));
             };
             // Progress may have pushed the deadline back since the timer was set: sleep on.
-            match lifecycle.deadline() {
+            match context.deadline() {
                 Some(deadline) if deadline > sleep.deadline() => sleep.as_mut().reset(deadline),
                 _ => {
-                    tracing::debug!(id = %lifecycle.id(), "request timed out");
-                    lifecycle.cancel(CancelReason::Timeout);
-                    // The cancel layer above settles the request: it drops this future (abort), or lets the
-                    // handler wind down within its grace period (cooperative), so the inner future is still
-                    // polled until then.
+                    tracing::debug!(id = %context.id(), "request timed out");
+                    context.cancel_with(CancelReason::Timeout);
                     *this.sleep = None;
+                    // A request still waiting for readiness ends at the top of the loop. A running one is the
+                    // cancel layer's to settle, woken by the cancel: it drops this future (abort), or lets the
+                    // handler wind down within its grace period (cooperative), polling it again until then.
+                    if !this.dispatch.is_waiting() {
+                        return Poll::Pending;
+                    }
                 }
             }
         }
-        Poll::Pending
     }
 }

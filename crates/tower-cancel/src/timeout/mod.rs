@@ -20,8 +20,15 @@
 //! With [`TimeoutLayer::reset_on_progress`], each progress report pushes the deadline back to a full timeout from
 //! now, never past the maximum total.
 //!
-//! tower's own `tower::timeout::TimeoutLayer` also works inside the stack: its `Elapsed` error is turned into the
-//! same Timeout cancellation by the cancel layer.
+//! # Backpressure
+//!
+//! The service is always ready, and the deadline is armed when the request arrives: a request queued behind a
+//! saturated `ConcurrencyLimit` below waits for the inner service's readiness inside its own future, and times out
+//! there like any other (it is then never called).
+//!
+//! tower's own `tower::timeout::TimeoutLayer` also works below the stack: the cancel layer turns its `Elapsed`
+//! error into the same Timeout cancellation (for a request that can be cancelled; `initialize` timing out that
+//! way is an ordinary failure, -32603).
 //!
 //! # Example
 //!
@@ -31,9 +38,9 @@
 //! use tower_cancel::{timeout::TimeoutLayer, CancelStack, Request};
 //!
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
+//! let timeouts = TimeoutLayer::new(Duration::from_secs(30)).method("workspace/symbol", Duration::from_secs(5));
 //! let service = ServiceBuilder::new()
-//!     .layer(CancelStack::lsp())
-//!     .layer(TimeoutLayer::new(Duration::from_secs(30)).method("workspace/symbol", Duration::from_secs(5)))
+//!     .layer(CancelStack::lsp().timeouts(timeouts))
 //!     .service(service_fn(|_req: Request| async {
 //!         tokio::time::sleep(Duration::from_secs(60)).await;
 //!         Ok::<_, tower_cancel::BoxError>(serde_json::Value::Null)
@@ -43,6 +50,7 @@
 //! # }
 //! ```
 
+mod deadline;
 mod future;
 mod layer;
 
@@ -56,12 +64,9 @@ use serde::Deserialize;
 use tokio::time::Instant;
 use tower_service::Service;
 
-pub use self::{future::ResponseFuture, layer::TimeoutLayer};
-use crate::{
-    lifecycle::{deadline_after, Timing},
-    message::Request,
-    BoxError,
-};
+pub(crate) use self::deadline::after;
+pub use self::{deadline::Deadline, future::ResponseFuture, layer::TimeoutLayer};
+use crate::{message::Request, BoxError};
 use layer::Config;
 
 /// The service built by [`TimeoutLayer`].
@@ -123,15 +128,17 @@ fn meta_millis(req: &Request, field: &str) -> Option<Duration> {
 
 impl<S> Service<Request> for Timeout<S>
 where
-    S: Service<Request>,
+    S: Service<Request> + Clone,
     S::Error: Into<BoxError>,
 {
     type Response = S::Response;
     type Error = BoxError;
-    type Future = ResponseFuture<S::Future>;
+    type Future = ResponseFuture<S>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        // Always ready, so that the deadline is armed when the request arrives: the request waits for the inner
+        // service's readiness inside its own future, where its deadline (and any cancel) can still reach it.
+        Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, req: Request) -> Self::Future {
@@ -141,24 +148,24 @@ where
         } else {
             self.timeout_for(&req)
         };
-        // A request the cancel layer above made uncancellable (`initialize`) is never timed out: a timeout is a
-        // cancellation.
-        let timeout = timeout.filter(|_| {
-            req.context()
-                .map_or(true, |ctx| ctx.lifecycle().is_cancellable())
-        });
+        // The clone takes the readiness-free copy of the inner service into the request's own future.
+        let inner = self.inner.clone();
         let Some(timeout) = timeout else {
-            return ResponseFuture::new(self.inner.call(req), None, None);
+            return ResponseFuture::new(inner, req, None, None);
         };
         let now = Instant::now();
-        let lifecycle = req.context().map(|ctx| ctx.lifecycle().clone());
-        let mut deadline = deadline_after(now, timeout);
-        if let Some(lifecycle) = &lifecycle {
-            // An outer timeout layer may have set the deadline already; the first one set counts.
-            lifecycle.set_timing(Timing::new(now, timeout, self.config.max_total));
-            deadline = lifecycle.deadline().unwrap_or(deadline);
-        }
+        let Some(context) = req.context().cloned() else {
+            // No cancel layer above: this future ends itself at the deadline.
+            let sleep = tokio::time::sleep_until(after(now, timeout));
+            return ResponseFuture::new(inner, req, Some(sleep), None);
+        };
+        // A timeout is a cancellation: a request that cannot be cancelled (`initialize`) takes no deadline. An
+        // outer timeout layer may have set one already; the first one set counts, and it is the one slept on.
+        context.set_deadline(Deadline::new(now, timeout, self.config.max_total));
+        let Some(deadline) = context.deadline() else {
+            return ResponseFuture::new(inner, req, None, None);
+        };
         let sleep = tokio::time::sleep_until(deadline);
-        ResponseFuture::new(self.inner.call(req), Some(sleep), lifecycle)
+        ResponseFuture::new(inner, req, Some(sleep), Some(context))
     }
 }

@@ -1,0 +1,276 @@
+//! The reading half of a connection: frames in, the service called for each, replies out through the outbox.
+//!
+//! Everything a connection means beyond bytes (its scope, the peer's replies and progress, what closing cancels)
+//! is the core's [`Connection`]; this loop only frames, calls and settles.
+
+use std::{
+    future::{poll_fn, Future},
+    io,
+    panic::AssertUnwindSafe,
+    pin::pin,
+    time::Duration,
+};
+
+use bytes::BytesMut;
+use futures_util::{stream::FuturesUnordered, FutureExt, StreamExt};
+use tokio::io::AsyncRead;
+use tokio_util::{
+    codec::{Decoder, FramedRead},
+    sync::CancellationToken,
+};
+use tower_cancel::{
+    error_map::error_object, scope::Incoming, BoxError, CancelReason, Connection, ErrorObject, Id,
+    Message, Panicked, Request, Response, Unavailable,
+};
+use tower_service::Service;
+
+use crate::{
+    frame::FrameError,
+    server::{ResponseHandler, Server},
+};
+
+/// Why the read loop stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ending {
+    /// The peer closed, reading or writing failed.
+    Disconnect,
+    /// A graceful shutdown was asked for.
+    Shutdown,
+}
+
+pub(crate) struct ReadLoop<S> {
+    service: S,
+    connection: Connection,
+    close_grace: Duration,
+    drain_timeout: Duration,
+    shutdown: CancellationToken,
+    on_response: ResponseHandler,
+    writer_gone: CancellationToken,
+}
+
+/// Closes the connection when the read loop ends in any way: returning, panicking, or its `serve` future dropped
+/// (the usual `select!` against a signal). Closing twice does no harm, so the normal path closes first, with its
+/// own reason.
+struct CloseOnDrop(Connection);
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        self.0.close(CancelReason::Disconnect);
+    }
+}
+
+impl<S> ReadLoop<S>
+where
+    S: Service<Request, Response = Option<Response>>,
+    S::Error: Into<BoxError>,
+{
+    pub(crate) fn new(server: Server<S>, writer_gone: CancellationToken) -> Self {
+        Self {
+            service: server.service,
+            connection: server.connection,
+            close_grace: server.close_grace,
+            drain_timeout: server.drain_timeout,
+            shutdown: server.shutdown.token().clone(),
+            on_response: server.on_response,
+            writer_gone,
+        }
+    }
+
+    pub(crate) async fn run<R, C>(mut self, mut frames: FramedRead<R, C>) -> io::Result<()>
+    where
+        R: AsyncRead + Unpin,
+        C: Decoder<Item = Result<BytesMut, FrameError>, Error = io::Error>,
+    {
+        let _close = CloseOnDrop(self.connection.clone());
+        let outbox = self.connection.outbox().clone();
+        let mut in_flight = FuturesUnordered::new();
+        let mut result = Ok(());
+        let mut ending = Ending::Disconnect;
+        // Armed when a graceful shutdown begins: the end of the drain.
+        let mut drain = pin!(tokio::time::sleep(Duration::ZERO));
+        loop {
+            let draining = ending == Ending::Shutdown;
+            let full = outbox.is_full();
+            let next = tokio::select! {
+                // Replies first: they free table entries and reach the peer sooner.
+                biased;
+                Some(done) = in_flight.next(), if !in_flight.is_empty() => {
+                    self.answer(done);
+                    if draining && in_flight.is_empty() {
+                        break;
+                    }
+                    continue;
+                }
+                () = self.writer_gone.cancelled() => break,
+                () = self.shutdown.cancelled(), if !draining => {
+                    // Reading goes on, so that cancels and the peer's replies still arrive; new requests start
+                    // out cancelled with reason Shutdown and get their dialect's answer without running.
+                    tracing::info!(in_flight = in_flight.len(), "shutting down: draining requests in flight");
+                    ending = Ending::Shutdown;
+                    self.connection.refuse_new(CancelReason::Shutdown);
+                    if in_flight.is_empty() {
+                        break;
+                    }
+                    drain.as_mut().reset(tokio::time::Instant::now() + self.drain_timeout);
+                    continue;
+                }
+                () = &mut drain, if draining => {
+                    tracing::info!(left = in_flight.len(), "drain timeout passed: cancelling the rest");
+                    break;
+                }
+                // The peer is not reading its replies: read nothing more from it until the writer catches up.
+                () = outbox.room(), if full => continue,
+                frame = frames.next(), if !full => frame,
+            };
+            let bytes = match next {
+                None => break,
+                Some(Err(error)) => {
+                    tracing::warn!(%error, "reading from the connection failed");
+                    result = Err(error);
+                    break;
+                }
+                Some(Ok(Err(frame_error))) => {
+                    tracing::debug!(%frame_error, "bad frame");
+                    // A header that cannot be read and a frame cut off by the end of the stream are bytes
+                    // that cannot be parsed (-32700, as an NDJSON line cut off is); a frame over the limit may
+                    // be fine JSON that is not accepted as a request (-32600).
+                    let error = match frame_error {
+                        FrameError::InvalidHeader(_) | FrameError::Truncated => {
+                            ErrorObject::parse_error(&frame_error)
+                        }
+                        _ => ErrorObject::invalid_request(&frame_error),
+                    };
+                    self.send(&Response::error(None, error));
+                    continue;
+                }
+                Some(Ok(Ok(bytes))) => bytes,
+            };
+            let message = match Message::from_slice(&bytes) {
+                Ok(message) => message,
+                Err(invalid) => {
+                    tracing::debug!(%invalid, "invalid message");
+                    self.send(&Response::error(invalid.id, invalid.error));
+                    continue;
+                }
+            };
+            let request = match self.connection.receive(message) {
+                Incoming::Request(request) => request,
+                Incoming::Response(response) => {
+                    let handler = AssertUnwindSafe(|| (self.on_response)(response));
+                    if std::panic::catch_unwind(handler).is_err() {
+                        tracing::error!("the response handler panicked; the reply is dropped");
+                    }
+                    continue;
+                }
+                Incoming::Consumed => continue,
+            };
+            let id = request.id().cloned();
+
+            // Wait for readiness while still settling requests in flight: readiness may depend on them.
+            let ready = loop {
+                tokio::select! {
+                    biased;
+                    Some(done) = in_flight.next(), if !in_flight.is_empty() => self.answer(done),
+                    ready = poll_fn(|cx| self.service.poll_ready(cx)) => break ready,
+                }
+            };
+            if let Err(error) = ready {
+                // The same answer the stack's layers give for a readiness failure; the connection goes on.
+                let failure = Unavailable::new(error.into());
+                tracing::error!(error = ?std::error::Error::source(&failure), "service unavailable");
+                self.answer((id, Err(Box::new(failure))));
+                continue;
+            }
+            let call = AssertUnwindSafe(|| self.service.call(request));
+            match std::panic::catch_unwind(call) {
+                Ok(future) => in_flight.push(settle(id, future)),
+                Err(payload) => self.answer((id, Err(panicked(payload)))),
+            }
+        }
+
+        // Everything of this connection still in flight is cancelled through its lifecycle: the peer is gone
+        // (Disconnect) or the server is going (Shutdown). The peer's pending calls fail now too: nothing more is
+        // read, so no reply can reach them (a cooperative handler waiting on one would wait out its grace).
+        let reason = match ending {
+            Ending::Disconnect => CancelReason::Disconnect,
+            Ending::Shutdown => CancelReason::Shutdown,
+        };
+        let cancelled = self.connection.close(reason);
+        if !in_flight.is_empty() {
+            tracing::debug!(
+                in_flight = in_flight.len(),
+                cancelled,
+                ?ending,
+                "connection closing"
+            );
+            // The close grace bounds the wait only for what the cancel could not reach (requests that are never
+            // cancellable, such as `initialize`; notifications). A cancelled request is settled by its cancel
+            // layer, at once or, in cooperative mode, within the layer's own grace period, so the wait goes on
+            // while the connection still has one registered: on a shutdown the peer is still waiting for it.
+            let mut grace = pin!(tokio::time::sleep(self.close_grace));
+            let mut grace_over = false;
+            loop {
+                tokio::select! {
+                    done = in_flight.next() => match done {
+                        Some(done) => self.answer(done),
+                        None => break,
+                    },
+                    () = &mut grace, if !grace_over => grace_over = true,
+                }
+                if grace_over && self.connection.in_flight() == 0 {
+                    tracing::warn!(
+                        left = in_flight.len(),
+                        "requests still running after the close grace; dropping them"
+                    );
+                    break;
+                }
+            }
+        }
+        drop(in_flight);
+        result
+    }
+
+    /// Send a settled request's reply, if it has one.
+    fn answer(&self, (id, outcome): Settled) {
+        let reply = match outcome {
+            Ok(reply) => reply,
+            Err(failure) => id
+                .clone()
+                .map(|id| Response::error(Some(id), error_object(&*failure))),
+        };
+        match (reply, id) {
+            (Some(reply), Some(_)) => self.send(&reply),
+            (Some(_), None) => tracing::debug!("reply to a notification dropped"),
+            (None, _) => {}
+        }
+    }
+
+    fn send(&self, reply: &Response) {
+        // An error means the writer is gone; the read loop notices and winds down.
+        let _ = self.connection.outbox().send_response(reply);
+    }
+}
+
+type Settled = (Option<Id>, Result<Option<Response>, BoxError>);
+
+fn settle<F, E>(id: Option<Id>, future: F) -> impl Future<Output = Settled>
+where
+    F: Future<Output = Result<Option<Response>, E>>,
+    E: Into<BoxError>,
+{
+    // A safety net for services without a cancel layer (which catches its handlers' panics itself): a panic is
+    // answered as the stack answers one, and the connection goes on.
+    AssertUnwindSafe(future).catch_unwind().map(move |outcome| {
+        let outcome = match outcome {
+            Ok(result) => result.map_err(Into::into),
+            Err(payload) => Err(panicked(payload)),
+        };
+        (id, outcome)
+    })
+}
+
+fn panicked(payload: Box<dyn std::any::Any + Send>) -> BoxError {
+    let panicked = Panicked::from_payload(&*payload);
+    tracing::error!("{panicked}");
+    Box::new(panicked)
+}

@@ -1,0 +1,97 @@
+//! The writing half of a connection: everything the outbox queues, framed, in order.
+
+use std::{io, time::Duration};
+
+use futures_util::SinkExt;
+use tokio::io::AsyncWrite;
+use tokio_util::{
+    codec::{Encoder, FramedWrite},
+    sync::CancellationToken,
+};
+use tower_cancel::outbox::OutboxReceiver;
+
+/// Write what the outbox queues until `closing` (the read loop is done), then what is still queued, within
+/// `close_grace`: a peer that stopped reading cannot hold the connection open. `writer_gone` tells the read loop
+/// that the peer can no longer hear this side.
+pub(crate) async fn write_loop<W, C>(
+    mut sink: FramedWrite<W, C>,
+    mut rx: OutboxReceiver,
+    closing: CancellationToken,
+    writer_gone: CancellationToken,
+    close_grace: Duration,
+) -> io::Result<()>
+where
+    W: AsyncWrite + Unpin,
+    C: for<'a> Encoder<&'a [u8], Error = io::Error>,
+{
+    let cut_off = async {
+        closing.cancelled().await;
+        tokio::time::sleep(close_grace).await;
+    };
+    let result = tokio::select! {
+        result = write_all(&mut sink, &mut rx, &closing) => result,
+        () = cut_off => {
+            tracing::warn!(?close_grace, "the peer is not reading: the last replies were not all written");
+            Ok(())
+        }
+    };
+    if let Err(error) = &result {
+        tracing::debug!(%error, "writing to the connection failed");
+    }
+    // Closing the receiver makes later sends fail, and the token tells the read loop that the peer cannot hear us
+    // any more.
+    rx.close();
+    writer_gone.cancel();
+    match result {
+        // A peer that hung up is a disconnect, not a failure of this side.
+        Err(error) if error.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+        other => other,
+    }
+}
+
+async fn write_all<W, C>(
+    sink: &mut FramedWrite<W, C>,
+    rx: &mut OutboxReceiver,
+    closing: &CancellationToken,
+) -> io::Result<()>
+where
+    W: AsyncWrite + Unpin,
+    C: for<'a> Encoder<&'a [u8], Error = io::Error>,
+{
+    loop {
+        let bytes = tokio::select! {
+            biased;
+            bytes = rx.recv() => bytes,
+            // The read loop is done: write what is queued, then stop.
+            () = closing.cancelled() => {
+                while let Some(bytes) = rx.try_recv() {
+                    feed(sink, rx, &bytes).await?;
+                }
+                return sink.flush().await;
+            }
+        };
+        let Some(bytes) = bytes else { return Ok(()) };
+        feed(sink, rx, &bytes).await?;
+        // Batch whatever else is ready into one flush.
+        while let Some(bytes) = rx.try_recv() {
+            feed(sink, rx, &bytes).await?;
+        }
+        sink.flush().await?;
+    }
+}
+
+/// Hand one message to the sink; its bytes stop counting against the outbox's bound once the sink took them (the
+/// sink itself waits for the peer when its own buffer is full).
+async fn feed<W, C>(
+    sink: &mut FramedWrite<W, C>,
+    rx: &OutboxReceiver,
+    bytes: &[u8],
+) -> io::Result<()>
+where
+    W: AsyncWrite + Unpin,
+    C: for<'a> Encoder<&'a [u8], Error = io::Error>,
+{
+    sink.feed(bytes).await?;
+    rx.written(bytes.len());
+    Ok(())
+}

@@ -1,0 +1,200 @@
+//! The memory of early cancels: cancels for ids that are not in flight, kept so that a request arriving after its
+//! own cancel starts out cancelled.
+//!
+//! # Bounds
+//!
+//! The memory is bounded twice: in entries and in bytes. An entry costs its id's and its reason's heap bytes plus
+//! a fixed overhead ([`ENTRY_OVERHEAD`]), so a peer that sends cancels with ids as long as a frame allows pins at
+//! most the byte budget, not the entry count times the frame size. When either bound would be passed, the oldest
+//! entries are forgotten first; an entry larger than the whole budget is not remembered at all. Each id is stored
+//! once (the map's key); the order lives in a sequence number beside the reason.
+
+use std::collections::{hash_map::Entry, HashMap};
+
+use crate::{context::CancelReason, message::Id};
+
+/// The bytes an entry costs besides its id's and its reason's text: the map's key and value and the table's slot.
+pub(crate) const ENTRY_OVERHEAD: usize = 96;
+
+/// Cancels for ids not in flight, keyed by the connection they came from (0: the whole scope) and the id.
+#[derive(Debug)]
+pub(super) struct EarlyCancels {
+    entries: HashMap<(u64, Id), Early>,
+    next_seq: u64,
+    bytes: usize,
+    max_entries: usize,
+    max_bytes: usize,
+}
+
+#[derive(Debug)]
+struct Early {
+    seq: u64,
+    bytes: usize,
+    reason: CancelReason,
+}
+
+/// What [`EarlyCancels::remember`] did.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Remembered {
+    /// Kept; `dropped` older entries were forgotten to make room.
+    Kept { dropped: u64 },
+    /// Already remembered: nothing changed.
+    Again,
+    /// Not kept: the memory is off, or the entry alone is larger than the budget.
+    TooLarge,
+}
+
+impl EarlyCancels {
+    pub(super) fn new(max_entries: usize, max_bytes: usize) -> Self {
+        Self {
+            entries: HashMap::new(),
+            next_seq: 0,
+            bytes: 0,
+            max_entries,
+            max_bytes,
+        }
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub(super) fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    pub(super) fn remember(&mut self, conn: u64, id: &Id, reason: CancelReason) -> Remembered {
+        let bytes = cost(id, &reason);
+        if self.max_entries == 0 || bytes > self.max_bytes {
+            return Remembered::TooLarge;
+        }
+        if self.entries.contains_key(&(conn, id.clone())) {
+            return Remembered::Again;
+        }
+        let mut dropped = 0;
+        while self.entries.len() >= self.max_entries || self.bytes + bytes > self.max_bytes {
+            self.forget_oldest();
+            dropped += 1;
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.bytes += bytes;
+        self.entries
+            .insert((conn, id.clone()), Early { seq, bytes, reason });
+        Remembered::Kept { dropped }
+    }
+
+    /// Take the cancel remembered for `id` on connection `conn`, or else for `id` in the whole scope.
+    pub(super) fn take(&mut self, conn: u64, id: Id) -> Option<CancelReason> {
+        let mut key = (conn, id);
+        let found = self.take_key(&key);
+        if found.is_some() || conn == 0 {
+            return found;
+        }
+        key.0 = 0;
+        self.take_key(&key)
+    }
+
+    fn take_key(&mut self, key: &(u64, Id)) -> Option<CancelReason> {
+        let early = self.entries.remove(key)?;
+        self.bytes -= early.bytes;
+        Some(early.reason)
+    }
+
+    fn forget_oldest(&mut self) {
+        // A scan, but only when the memory is full: at most `max_entries` steps, and only for a peer that keeps
+        // cancelling ids it never sends.
+        let oldest = self
+            .entries
+            .iter()
+            .min_by_key(|(_, early)| early.seq)
+            .map(|(key, _)| key.clone());
+        if let Some(key) = oldest {
+            if let Entry::Occupied(entry) = self.entries.entry(key) {
+                self.bytes -= entry.remove().bytes;
+            }
+        }
+    }
+}
+
+fn cost(id: &Id, reason: &CancelReason) -> usize {
+    let id_bytes = match id {
+        Id::Number(_) => 0,
+        Id::String(s) => s.len(),
+    };
+    ENTRY_OVERHEAD + id_bytes + reason.text().map_or(0, str::len)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn peer(text: &str) -> CancelReason {
+        CancelReason::peer(Some(text.to_owned()))
+    }
+
+    #[test]
+    fn the_oldest_is_forgotten_first_when_the_entries_run_out() {
+        let mut early = EarlyCancels::new(2, usize::MAX);
+        for id in 1..=3 {
+            early.remember(1, &Id::from(id), CancelReason::peer(None));
+        }
+        assert_eq!(early.len(), 2);
+        assert_eq!(early.take(1, Id::from(1)), None);
+        assert!(early.take(1, Id::from(3)).is_some());
+    }
+
+    #[test]
+    fn the_byte_budget_bounds_what_long_ids_and_reasons_pin() {
+        let budget = 4 * 1024;
+        let mut early = EarlyCancels::new(1024, budget);
+        let long = "x".repeat(1000);
+        for n in 0..64 {
+            early.remember(1, &Id::from(format!("{n}{long}")), peer("r"));
+            assert!(early.bytes() <= budget, "{} bytes", early.bytes());
+        }
+        assert!(early.len() < 5, "{} kept", early.len());
+        // The newest are the ones kept.
+        assert!(early.take(1, Id::from(format!("63{long}"))).is_some());
+    }
+
+    #[test]
+    fn an_entry_larger_than_the_budget_is_not_kept() {
+        let mut early = EarlyCancels::new(1024, 200);
+        assert_eq!(
+            early.remember(1, &Id::from("y".repeat(500)), peer("r")),
+            Remembered::TooLarge
+        );
+        assert!(early.is_empty());
+        assert_eq!(early.bytes(), 0);
+    }
+
+    #[test]
+    fn a_scope_wide_cancel_reaches_any_connection_and_a_connections_only_its_own() {
+        let mut early = EarlyCancels::new(16, usize::MAX);
+        early.remember(0, &Id::from(5), CancelReason::Shutdown);
+        early.remember(1, &Id::from(6), CancelReason::Timeout);
+        assert_eq!(early.take(2, Id::from(6)), None, "connection 1's cancel");
+        assert_eq!(early.take(2, Id::from(5)), Some(CancelReason::Shutdown));
+        assert_eq!(early.take(1, Id::from(6)), Some(CancelReason::Timeout));
+        assert_eq!(early.bytes(), 0);
+    }
+
+    #[test]
+    fn remembering_twice_keeps_one_entry() {
+        let mut early = EarlyCancels::new(16, usize::MAX);
+        assert_eq!(
+            early.remember(1, &Id::from(1), CancelReason::Timeout),
+            Remembered::Kept { dropped: 0 }
+        );
+        assert_eq!(
+            early.remember(1, &Id::from(1), CancelReason::Timeout),
+            Remembered::Again
+        );
+        assert_eq!(early.len(), 1);
+    }
+}

@@ -1,0 +1,546 @@
+//! A scope's table of in-flight requests, its memory of early cancels and its counters.
+//!
+//! # Scope
+//!
+//! A [`Registry`] belongs to one [`Scope`](crate::scope::Scope): a connection, an HTTP session, an authenticated
+//! principal. Requests are registered through the [`Connection`](crate::scope::Connection) they arrived on, so a
+//! cancel reaches only requests of its own scope. Ids are compared exactly.
+//!
+//! Several connections may share a scope. Each entry then remembers its connection: ids are duplicates only
+//! within one connection, a peer's cancel reaches the request of that id on its own connection, closing or
+//! shutting down a connection touches only that connection's requests, and [`Registry::cancel`] (a cancel for
+//! the whole scope, such as an HTTP principal's or another replica's) reaches every request of that id.
+//!
+//! # Invariants
+//!
+//! - An entry lives from registration until the request's future lets go of it, which happens on every path:
+//!   completion, cancellation, a panicking handler, the response future being dropped.
+//! - A cancel for an id that is not registered is remembered in a window bounded in entries and in bytes (oldest
+//!   forgotten first), so a request that arrives after its own cancel starts out cancelled. The table and the
+//!   window share one lock, so a cancel racing its request's registration is seen by exactly one of the two.
+//! - A cancel that arrives after its request completed looks the same as an early one (the id is not in flight)
+//!   and is remembered too. That is harmless as long as the peer does not reuse an id within the window, which
+//!   LSP's and ACP's clients never do (their ids only grow) and MCP forbids.
+
+mod early;
+mod error;
+
+use std::{
+    collections::{hash_map::Entry, HashMap},
+    fmt,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
+};
+
+// The tables' lock is loom's in the model-checking build (`src/loom/`); the counters are independent and read
+// for reporting only, so they stay std's.
+use crate::{
+    context::CancelReason,
+    lifecycle::Lifecycle,
+    loom::{Mutex, MutexGuard},
+    message::Id,
+};
+use early::{EarlyCancels, Remembered};
+pub use error::DuplicateId;
+
+/// How many early cancels a registry remembers by default.
+pub const DEFAULT_EARLY_CANCEL_CAPACITY: usize = 1024;
+
+/// How many bytes the early cancels of a registry may hold by default (ids, reasons and bookkeeping).
+pub const DEFAULT_EARLY_CANCEL_BYTES: usize = 256 * 1024;
+
+/// The connection tag of a cancel for the whole scope.
+pub(crate) const WHOLE_SCOPE: u64 = 0;
+
+/// A scope's registry of in-flight requests. Cloning gives another handle to the same registry.
+#[derive(Clone)]
+pub struct Registry {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    tables: Mutex<Tables>,
+    counters: Counters,
+}
+
+struct Tables {
+    in_flight: HashMap<Id, Slot>,
+    // Entries in `in_flight` (a slot may hold several, one per connection).
+    len: usize,
+    early: EarlyCancels,
+    // Set when the whole scope stops taking work: new requests start out cancelled with it.
+    refusing: Option<CancelReason>,
+}
+
+/// The requests of one id: one, or (in a scope shared by connections) one per connection.
+// The box keeps the slot two words wide (a `Vec` inline would make every entry of the table a word wider, for a
+// case only shared scopes ever see).
+#[allow(clippy::box_collection)]
+enum Slot {
+    One(Arc<Lifecycle>),
+    Many(Box<Vec<Arc<Lifecycle>>>),
+}
+
+impl Slot {
+    fn iter(&self) -> std::slice::Iter<'_, Arc<Lifecycle>> {
+        match self {
+            Slot::One(one) => std::slice::from_ref(one).iter(),
+            Slot::Many(many) => many.iter(),
+        }
+    }
+}
+
+#[derive(Default)]
+struct Counters {
+    registered: AtomicU64,
+    completed: AtomicU64,
+    cancelled: AtomicU64,
+    early_cancels: AtomicU64,
+    early_dropped: AtomicU64,
+}
+
+/// What a cancel did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CancelOutcome {
+    /// The request was in flight and is now cancelled.
+    Cancelled,
+    /// The request was in flight but already settled (completed or cancelled by an earlier source).
+    AlreadySettled,
+    /// No such request in flight: the cancel is remembered in case the request arrives after it.
+    Remembered,
+}
+
+/// A snapshot of a registry's counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Requests registered so far.
+    pub registered: u64,
+    /// Registered requests whose handler's outcome was the reply.
+    pub completed: u64,
+    /// Registered requests that ended cancelled (from any source, the response future dropped included).
+    pub cancelled: u64,
+    /// Cancels that arrived for an id not in flight and were remembered.
+    pub early_cancels: u64,
+    /// Remembered early cancels forgotten to make room, or never kept because they alone passed the byte budget.
+    pub early_dropped: u64,
+    /// Requests in flight now.
+    pub in_flight: usize,
+    /// Early cancels remembered now.
+    pub remembered: usize,
+    /// Bytes the remembered early cancels hold now (within [`DEFAULT_EARLY_CANCEL_BYTES`] by default).
+    pub remembered_bytes: usize,
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Registry {
+    /// A new, empty registry remembering up to [`DEFAULT_EARLY_CANCEL_CAPACITY`] early cancels in at most
+    /// [`DEFAULT_EARLY_CANCEL_BYTES`].
+    pub fn new() -> Self {
+        Self::with_early_cancel_limits(DEFAULT_EARLY_CANCEL_CAPACITY, DEFAULT_EARLY_CANCEL_BYTES)
+    }
+
+    /// A new registry remembering up to `capacity` early cancels (0 disables the memory), in at most
+    /// [`DEFAULT_EARLY_CANCEL_BYTES`].
+    pub fn with_early_cancel_capacity(capacity: usize) -> Self {
+        Self::with_early_cancel_limits(capacity, DEFAULT_EARLY_CANCEL_BYTES)
+    }
+
+    /// A new registry remembering up to `capacity` early cancels holding at most `bytes` between them (see
+    /// the module docs for what an entry costs).
+    pub fn with_early_cancel_limits(capacity: usize, bytes: usize) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                tables: Mutex::new(Tables {
+                    in_flight: HashMap::new(),
+                    len: 0,
+                    early: EarlyCancels::new(capacity, bytes),
+                    refusing: None,
+                }),
+                counters: Counters::default(),
+            }),
+        }
+    }
+
+    /// Cancel every in-flight request `id` of the scope, whichever connection it came from, or remember the
+    /// cancel for the scope if none is in flight (the next request `id` of any connection starts out cancelled).
+    ///
+    /// A peer's cancel message reaches only its own connection's request: see
+    /// [`Connection::cancel`](crate::scope::Connection::cancel).
+    pub fn cancel(&self, id: &Id, reason: CancelReason) -> CancelOutcome {
+        self.cancel_in(WHOLE_SCOPE, id, reason)
+    }
+
+    /// Cancel the request `id` of connection `conn` (every connection's, for [`WHOLE_SCOPE`]).
+    pub(crate) fn cancel_in(&self, conn: u64, id: &Id, reason: CancelReason) -> CancelOutcome {
+        let mut tables = self.lock();
+        let targets: Vec<_> = match tables.in_flight.get(id) {
+            Some(slot) => slot
+                .iter()
+                .filter(|lifecycle| conn == WHOLE_SCOPE || lifecycle.conn() == conn)
+                .cloned()
+                .collect(),
+            None => Vec::new(),
+        };
+        if targets.is_empty() {
+            let remembered = tables.early.remember(conn, id, reason);
+            drop(tables);
+            self.count_remembered(&remembered);
+            return CancelOutcome::Remembered;
+        }
+        // Cancel outside the lock: firing the token wakes tasks, which may register or cancel in turn.
+        drop(tables);
+        let mut outcome = CancelOutcome::AlreadySettled;
+        for lifecycle in targets {
+            if lifecycle.cancel(reason.clone()) {
+                outcome = CancelOutcome::Cancelled;
+            }
+        }
+        outcome
+    }
+
+    fn count_remembered(&self, remembered: &Remembered) {
+        let counters = &self.inner.counters;
+        match remembered {
+            Remembered::Kept { dropped } => {
+                counters.early_cancels.fetch_add(1, Ordering::Relaxed);
+                counters
+                    .early_dropped
+                    .fetch_add(*dropped, Ordering::Relaxed);
+            }
+            Remembered::TooLarge => {
+                counters.early_dropped.fetch_add(1, Ordering::Relaxed);
+            }
+            Remembered::Again => {}
+        }
+    }
+
+    /// Cancel every request in flight in this scope, of every connection. Returns how many were cancelled by this
+    /// call.
+    pub fn cancel_all(&self, reason: CancelReason) -> usize {
+        self.cancel_where(reason, |_| true)
+    }
+
+    /// Cancel every request in flight of connection `conn`.
+    pub(crate) fn cancel_connection(&self, conn: u64, reason: CancelReason) -> usize {
+        self.cancel_where(reason, |lifecycle| lifecycle.conn() == conn)
+    }
+
+    fn cancel_where(&self, reason: CancelReason, which: impl Fn(&Lifecycle) -> bool) -> usize {
+        let targets: Vec<_> = self
+            .lock()
+            .in_flight
+            .values()
+            .flat_map(Slot::iter)
+            .filter(|lifecycle| which(lifecycle))
+            .cloned()
+            .collect();
+        targets
+            .iter()
+            .filter(|lifecycle| lifecycle.cancel(reason.clone()))
+            .count()
+    }
+
+    /// Stop taking work in the whole scope: every request registered from now on, on any connection, starts out
+    /// cancelled with `reason`, so it is answered as its dialect answers that reason and its handler never runs.
+    /// To stop one connection only, use [`Connection::refuse_new`](crate::scope::Connection::refuse_new).
+    pub fn refuse_new(&self, reason: CancelReason) {
+        self.lock().refusing = Some(reason);
+    }
+
+    /// Whether a request `id` is in flight, on any connection.
+    pub fn contains(&self, id: &Id) -> bool {
+        self.lock().in_flight.contains_key(id)
+    }
+
+    /// How many requests are in flight.
+    pub fn len(&self) -> usize {
+        self.lock().len
+    }
+
+    /// Whether no request is in flight.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The counters, and the table sizes now.
+    pub fn stats(&self) -> Stats {
+        let (in_flight, remembered, remembered_bytes) = {
+            let tables = self.lock();
+            (tables.len, tables.early.len(), tables.early.bytes())
+        };
+        let c = &self.inner.counters;
+        Stats {
+            registered: c.registered.load(Ordering::Relaxed),
+            completed: c.completed.load(Ordering::Relaxed),
+            cancelled: c.cancelled.load(Ordering::Relaxed),
+            early_cancels: c.early_cancels.load(Ordering::Relaxed),
+            early_dropped: c.early_dropped.load(Ordering::Relaxed),
+            in_flight,
+            remembered,
+            remembered_bytes,
+        }
+    }
+
+    /// Put a request in the table. If a cancel for its id arrived first (on its connection or for the whole
+    /// scope), or the scope or its connection (`refusing`) stopped taking work, it starts out cancelled.
+    /// A request its dialect never lets be cancelled is in the table too (its id is in flight), but not counted.
+    pub(crate) fn insert(
+        &self,
+        lifecycle: &Arc<Lifecycle>,
+        refusing: Option<CancelReason>,
+    ) -> Result<(), DuplicateId> {
+        let early_reason = {
+            let mut tables = self.lock();
+            let id = lifecycle.id();
+            // One hash of the id, for the check and the insert together.
+            match tables.in_flight.entry(id.clone()) {
+                Entry::Vacant(entry) => {
+                    entry.insert(Slot::One(lifecycle.clone()));
+                }
+                Entry::Occupied(mut entry) => {
+                    let slot = entry.get_mut();
+                    if slot.iter().any(|other| other.conn() == lifecycle.conn()) {
+                        return Err(DuplicateId(id.clone()));
+                    }
+                    match slot {
+                        Slot::One(one) => {
+                            *slot = Slot::Many(Box::new(vec![one.clone(), lifecycle.clone()]));
+                        }
+                        Slot::Many(many) => many.push(lifecycle.clone()),
+                    }
+                }
+            }
+            tables.len += 1;
+            // The common case pays for no lookup: the window is empty unless the peer sent early cancels.
+            let early_reason = if tables.early.is_empty() {
+                None
+            } else {
+                tables.early.take(lifecycle.conn(), id.clone())
+            };
+            early_reason
+                .or(refusing)
+                .or_else(|| tables.refusing.clone())
+        };
+        if lifecycle.is_cancellable() {
+            self.inner
+                .counters
+                .registered
+                .fetch_add(1, Ordering::Relaxed);
+            if let Some(reason) = early_reason {
+                lifecycle.cancel(reason);
+            }
+        }
+        Ok(())
+    }
+
+    /// Take a request out of the table and count its outcome.
+    pub(crate) fn remove(&self, lifecycle: &Arc<Lifecycle>) {
+        if lifecycle.is_cancellable() {
+            let counters = &self.inner.counters;
+            if lifecycle.is_completed() {
+                counters.completed.fetch_add(1, Ordering::Relaxed);
+            } else {
+                counters.cancelled.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let mut tables = self.lock();
+        let id = lifecycle.id();
+        let Entry::Occupied(mut entry) = tables.in_flight.entry(id.clone()) else {
+            return;
+        };
+        let removed = match entry.get_mut() {
+            Slot::One(one) if Arc::ptr_eq(one, lifecycle) => {
+                entry.remove();
+                true
+            }
+            Slot::One(_) => false,
+            Slot::Many(many) => {
+                let before = many.len();
+                many.retain(|other| !Arc::ptr_eq(other, lifecycle));
+                let removed = many.len() < before;
+                if many.len() == 1 {
+                    let last = many.pop().expect("one left");
+                    *entry.get_mut() = Slot::One(last);
+                }
+                removed
+            }
+        };
+        if removed {
+            tables.len -= 1;
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Tables> {
+        // A panic while the lock is held cannot leave the tables half-updated (each critical section is a few
+        // map operations that do not run user code), so a poisoned lock is safe to keep using.
+        self.inner
+            .tables
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl fmt::Debug for Registry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Registry")
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(id: impl Into<Id>, conn: u64) -> Arc<Lifecycle> {
+        Arc::new(Lifecycle::new(id.into(), conn))
+    }
+
+    fn insert(registry: &Registry, lifecycle: &Arc<Lifecycle>) {
+        registry.insert(lifecycle, None).unwrap();
+    }
+
+    #[test]
+    fn entries_are_removed_and_counted() {
+        let registry = Registry::new();
+        let one = entry(1, 1);
+        insert(&registry, &one);
+        assert!(registry.contains(&1.into()));
+        assert_eq!(
+            registry.insert(&entry(1, 1), None).unwrap_err(),
+            DuplicateId(1.into())
+        );
+        one.cancel(CancelReason::Timeout);
+        registry.remove(&one);
+        assert!(registry.is_empty());
+        assert_eq!(registry.stats().cancelled, 1);
+    }
+
+    #[test]
+    fn number_and_string_ids_are_different_requests() {
+        let registry = Registry::new();
+        let one = entry(1, 1);
+        insert(&registry, &one);
+        assert_eq!(
+            registry.cancel(&"1".into(), CancelReason::peer(None)),
+            CancelOutcome::Remembered
+        );
+        assert!(!one.is_cancelled());
+        assert_eq!(
+            registry.cancel(&1.into(), CancelReason::peer(None)),
+            CancelOutcome::Cancelled
+        );
+        assert!(one.is_cancelled());
+    }
+
+    #[test]
+    fn early_cancels_are_remembered_and_bounded() {
+        let registry = Registry::with_early_cancel_capacity(2);
+        for id in 1..=3 {
+            registry.cancel_in(1, &Id::from(id), CancelReason::peer(None));
+        }
+        let stats = registry.stats();
+        assert_eq!(
+            (stats.remembered, stats.early_cancels, stats.early_dropped),
+            (2, 3, 1)
+        );
+        // 1 was forgotten (oldest), 3 is remembered.
+        let first = entry(1, 1);
+        insert(&registry, &first);
+        assert!(!first.is_cancelled());
+        let third = entry(3, 1);
+        insert(&registry, &third);
+        assert!(third.is_cancelled());
+        assert_eq!(registry.stats().remembered, 1);
+    }
+
+    #[test]
+    fn a_refusing_registry_starts_new_requests_cancelled() {
+        let registry = Registry::new();
+        let before = entry(1, 1);
+        insert(&registry, &before);
+        registry.refuse_new(CancelReason::Shutdown);
+        assert!(!before.is_cancelled(), "requests in flight run on");
+        let after = entry(2, 2);
+        insert(&registry, &after);
+        assert_eq!(after.reason(), Some(&CancelReason::Shutdown));
+    }
+
+    #[test]
+    fn cancel_all_reaches_every_request() {
+        let registry = Registry::new();
+        let entries: Vec<_> = (0..5).map(|id| entry(id, 1 + id as u64 % 2)).collect();
+        entries.iter().for_each(|e| insert(&registry, e));
+        assert_eq!(registry.cancel_all(CancelReason::Disconnect), 5);
+        assert!(entries
+            .iter()
+            .all(|e| e.reason() == Some(&CancelReason::Disconnect)));
+        entries.iter().for_each(|e| registry.remove(e));
+        assert!(registry.is_empty());
+    }
+
+    #[test]
+    fn connections_sharing_a_registry_keep_their_own_ids_and_requests() {
+        let registry = Registry::new();
+        let (a, b) = (entry(1, 1), entry(1, 2));
+        insert(&registry, &a);
+        insert(&registry, &b);
+        assert_eq!(registry.len(), 2, "the same id on two connections");
+        assert_eq!(
+            registry.cancel_in(2, &1.into(), CancelReason::peer(None)),
+            CancelOutcome::Cancelled
+        );
+        assert!(
+            b.is_cancelled() && !a.is_cancelled(),
+            "a cancel reaches its own connection's request"
+        );
+        assert_eq!(registry.cancel_connection(1, CancelReason::Disconnect), 1);
+        assert!(a.is_cancelled());
+        registry.remove(&b);
+        assert!(registry.contains(&1.into()));
+        registry.remove(&a);
+        assert!(registry.is_empty());
+
+        let (c, d) = (entry(7, 1), entry(7, 2));
+        insert(&registry, &c);
+        insert(&registry, &d);
+        assert_eq!(
+            registry.cancel(&7.into(), CancelReason::Shutdown),
+            CancelOutcome::Cancelled
+        );
+        assert!(
+            c.is_cancelled() && d.is_cancelled(),
+            "a scope-wide cancel reaches both"
+        );
+    }
+
+    #[test]
+    fn requests_that_cannot_be_cancelled_hold_their_id_but_are_not_counted() {
+        let registry = Registry::new();
+        let init = Arc::new(Lifecycle::uncancellable(0.into(), 1));
+        insert(&registry, &init);
+        assert_eq!(
+            registry.insert(&entry(0, 1), None).unwrap_err(),
+            DuplicateId(0.into())
+        );
+        assert_eq!(
+            registry.cancel_in(1, &0.into(), CancelReason::peer(None)),
+            CancelOutcome::AlreadySettled
+        );
+        assert!(init.complete());
+        registry.remove(&init);
+        let stats = registry.stats();
+        assert_eq!(
+            (stats.registered, stats.completed, stats.in_flight),
+            (0, 0, 0)
+        );
+    }
+}

@@ -1,0 +1,238 @@
+use std::{
+    fmt,
+    sync::{
+        atomic::{AtomicU64, AtomicUsize, Ordering},
+        Arc, OnceLock,
+    },
+};
+
+use super::{Scope, SessionState};
+use crate::{
+    context::CancelReason,
+    lifecycle::Lifecycle,
+    message::{Id, Message, Request, Response},
+    outbox::Outbox,
+    peer::Peer,
+    registry::{CancelOutcome, DuplicateId, Registry, WHOLE_SCOPE},
+};
+
+/// One link of a [`Scope`]: a stream connection, an HTTP request's stream, a WebSocket. Requests arrive through
+/// it ([`receive`](Self::receive)), replies and this side's own requests leave through its [`Outbox`], and
+/// closing it cancels what it has in flight. Cloning gives another handle to the same connection.
+///
+/// See [the module docs](super) for what connections sharing a scope see of each other.
+#[derive(Clone)]
+pub struct Connection {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    // Tags this connection's requests in the scope's registry; never `WHOLE_SCOPE`.
+    key: u64,
+    scope: Scope,
+    outbox: Outbox,
+    session: Arc<SessionState>,
+    peer: Option<Peer>,
+    // Set once: by a shutdown (Shutdown) or the close (its reason). Requests registered later start out cancelled.
+    refusing: OnceLock<CancelReason>,
+    // This connection's requests in the registry now that can be cancelled.
+    in_flight: AtomicUsize,
+}
+
+/// What [`Connection::receive`] made of a message.
+#[derive(Debug)]
+pub enum Incoming {
+    /// A request or a notification for the service, prepared for the stack.
+    Request(Request),
+    /// A reply from the other side that no [`Peer`] claims (the scope has no dialect): the transport's to handle.
+    Response(Response),
+    /// A reply or a progress report about one of this side's own requests, handed to its [`Peer`].
+    Consumed,
+}
+
+/// Connection keys are unique in the process, so connections of one scope never share one.
+static NEXT_KEY: AtomicU64 = AtomicU64::new(WHOLE_SCOPE + 1);
+
+impl Connection {
+    pub(crate) fn new(scope: Scope, outbox: Outbox) -> Self {
+        let session = Arc::new(SessionState::default());
+        let peer = scope
+            .dialect()
+            .map(|dialect| Peer::with_session(dialect.clone(), outbox.clone(), session.clone()));
+        Self {
+            inner: Arc::new(Inner {
+                key: NEXT_KEY.fetch_add(1, Ordering::Relaxed),
+                scope,
+                outbox,
+                session,
+                peer,
+                refusing: OnceLock::new(),
+                in_flight: AtomicUsize::new(0),
+            }),
+        }
+    }
+
+    /// Take a message read from the other side: a request or a notification is prepared for the stack
+    /// ([`prepare`](Self::prepare)) and handed back; a reply or a progress report about this side's own requests
+    /// goes to the connection's [`Peer`].
+    pub fn receive(&self, message: Message) -> Incoming {
+        match message {
+            Message::Response(response) => match &self.inner.peer {
+                Some(peer) => {
+                    peer.dispatch_response(response);
+                    Incoming::Consumed
+                }
+                None => Incoming::Response(response),
+            },
+            Message::Request(mut request) => {
+                let progress = request.is_notification()
+                    && self
+                        .inner
+                        .peer
+                        .as_ref()
+                        .is_some_and(|peer| peer.dispatch_progress(&request));
+                if progress {
+                    return Incoming::Consumed;
+                }
+                self.prepare(&mut request);
+                Incoming::Request(request)
+            }
+        }
+    }
+
+    /// Tie `request` to this connection, so that the layers find its scope, its outbox and its peer
+    /// ([`Request::connection`]). A field of the request: it costs no allocation.
+    pub fn prepare(&self, request: &mut Request) {
+        request.set_connection(self.clone());
+    }
+
+    /// A peer's cancel message: cancel this connection's request `id`, or remember the cancel for it.
+    pub fn cancel(&self, id: &Id, reason: CancelReason) -> CancelOutcome {
+        self.inner
+            .scope
+            .registry()
+            .cancel_in(self.inner.key, id, reason)
+    }
+
+    /// The other side is gone, or this side is done: cancel every request of this connection with `reason`, refuse
+    /// later ones, and fail the peer's pending calls with [`PeerError::Closed`](crate::PeerError::Closed).
+    /// Requests of other connections of the scope are not touched. Returns how many requests this cancelled;
+    /// calling it again does no harm.
+    pub fn close(&self, reason: CancelReason) -> usize {
+        let _ = self.inner.refusing.set(reason.clone());
+        if let Some(peer) = &self.inner.peer {
+            peer.close();
+        }
+        self.inner
+            .scope
+            .registry()
+            .cancel_connection(self.inner.key, reason)
+    }
+
+    /// Stop taking work on this connection: its requests registered from now on start out cancelled with
+    /// `reason` (a graceful shutdown: they are answered as the dialect answers it, and never run). Requests in
+    /// flight run on; other connections of the scope are not touched.
+    pub fn refuse_new(&self, reason: CancelReason) {
+        let _ = self.inner.refusing.set(reason);
+    }
+
+    /// How many of this connection's requests that can be cancelled are in flight now: what a close waits for,
+    /// since each of them is settled by its cancel layer once cancelled. Requests that can never be cancelled
+    /// (`initialize`) are not counted.
+    pub fn in_flight(&self) -> usize {
+        self.inner.in_flight.load(Ordering::Acquire)
+    }
+
+    /// The connection's peer: present when its scope has a dialect.
+    pub fn peer(&self) -> Option<&Peer> {
+        self.inner.peer.as_ref()
+    }
+
+    /// Where messages to the other side go.
+    pub fn outbox(&self) -> &Outbox {
+        &self.inner.outbox
+    }
+
+    /// The dialect's per-conversation state.
+    pub fn session(&self) -> &SessionState {
+        &self.inner.session
+    }
+
+    /// The scope this connection belongs to.
+    pub fn scope(&self) -> &Scope {
+        &self.inner.scope
+    }
+
+    /// The scope's registry.
+    pub fn registry(&self) -> &Registry {
+        self.inner.scope.registry()
+    }
+
+    pub(crate) fn key(&self) -> u64 {
+        self.inner.key
+    }
+
+    /// Put a request in the scope's registry, tagged with this connection.
+    pub(crate) fn register(&self, lifecycle: Arc<Lifecycle>) -> Result<Registration, DuplicateId> {
+        let refusing = self.inner.refusing.get().cloned();
+        self.registry().insert(&lifecycle, refusing)?;
+        if lifecycle.is_cancellable() {
+            self.inner.in_flight.fetch_add(1, Ordering::AcqRel);
+        }
+        Ok(Registration {
+            connection: self.clone(),
+            lifecycle,
+        })
+    }
+}
+
+impl fmt::Debug for Connection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Connection")
+            .field("key", &self.inner.key)
+            .field("in_flight", &self.in_flight())
+            .field("refusing", &self.inner.refusing.get())
+            .finish()
+    }
+}
+
+/// Keeps a request in its registry; dropping it removes the entry and counts the outcome.
+pub(crate) struct Registration {
+    connection: Connection,
+    lifecycle: Arc<Lifecycle>,
+}
+
+impl Registration {
+    pub(crate) fn connection(&self) -> &Connection {
+        &self.connection
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        let lifecycle = &self.lifecycle;
+        if !lifecycle.is_cancellable() {
+            // Its outcome was taken, or nobody will read it: either way it is over (progress stops).
+            lifecycle.complete();
+        } else if !lifecycle.is_completed() {
+            // Dropped unsettled means nobody will ever read the handler's outcome (the response future was
+            // dropped): settle it as cancelled so the token fires and sub-tasks stop too.
+            lifecycle.cancel(CancelReason::local("response future dropped"));
+        }
+        self.connection.registry().remove(lifecycle);
+        if lifecycle.is_cancellable() {
+            self.connection
+                .inner
+                .in_flight
+                .fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+impl fmt::Debug for Registration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Registration")
+            .field("id", self.lifecycle.id())
+            .finish()
+    }
+}

@@ -1,0 +1,150 @@
+//! Scopes and connections: what a cancel can reach, and the link every transport feeds requests through.
+//!
+//! A [`Scope`] is the unit a cancel can reach: a stream connection, an HTTP session, an authenticated principal.
+//! It owns the [`Registry`] of requests in flight and the dialect its peers speak. A [`Connection`] is one link
+//! of a scope through which requests arrive and replies leave: it owns the [`Outbox`] to the other side, the
+//! [`Peer`](crate::Peer) that sends this side's own requests there, and the dialect's per-conversation
+//! [`SessionState`]. A transport is a thin adapter around it:
+//!
+//! ```text
+//! bytes / HTTP / WebSocket ──> transport ──> Connection::receive ──> the layers ──> handler
+//!                                            │  a request: prepared (one field, no allocation)
+//!                                            │  a reply or a progress report: to the Peer
+//!                                            └─ Connection::close / refuse_new: disconnect, shutdown
+//! ```
+//!
+//! # Sharing a scope
+//!
+//! Most transports give each connection a scope of its own ([`Scope::new`] then [`Scope::connect`]). Several
+//! connections may share one (a principal's scope, an HTTP session's), and then:
+//!
+//! - ids are per connection: the same id in flight on two connections is two requests, and only a second one on
+//!   the same connection is a duplicate (-32600);
+//! - a peer's cancel message reaches the request of that id on its own connection ([`Connection::cancel`]);
+//!   [`Scope::cancel`] reaches every request of that id in the scope (a cancel for the whole scope, such as one
+//!   an HTTP principal posts separately, or another replica's);
+//! - closing or shutting down a connection ([`Connection::close`], [`Connection::refuse_new`]) touches only that
+//!   connection's requests; [`Scope::close`] and [`Scope::refuse_new`] touch the whole scope;
+//! - a cancel remembered for a connection (its request not yet arrived) applies to that connection's request
+//!   only; one remembered for the scope applies to the next request of that id on any connection.
+//!
+//! # Example
+//!
+//! ```
+//! use serde_json::json;
+//! use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+//! use tower_cancel::{dialect::Lsp, scope::{Incoming, Scope}, CancelStack, Message, Outbox, Request};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! let scope = Scope::with_dialect(Lsp);
+//! let (outbox, _to_the_wire) = Outbox::new();
+//! let connection = scope.connect(outbox);
+//! let mut service = ServiceBuilder::new()
+//!     .layer(CancelStack::lsp())
+//!     .service(service_fn(|_req: Request| async {
+//!         std::future::pending::<Result<serde_json::Value, tower_cancel::BoxError>>().await
+//!     }));
+//!
+//! // What a transport does with each message it reads.
+//! let message = Message::from_slice(br#"{"jsonrpc":"2.0","id":7,"method":"slow"}"#).unwrap();
+//! let Incoming::Request(request) = connection.receive(message) else { unreachable!() };
+//! let reply = tokio::spawn(service.ready().await.unwrap().call(request));
+//! tokio::task::yield_now().await;
+//! assert_eq!(connection.in_flight(), 1);
+//!
+//! // The peer hangs up: what the connection had in flight is cancelled and answered.
+//! connection.close(tower_cancel::CancelReason::Disconnect);
+//! let reply = reply.await.unwrap().unwrap().unwrap();
+//! assert_eq!(reply.outcome.unwrap_err().code, -32800);
+//! assert!(scope.registry().is_empty());
+//! # }
+//! ```
+
+mod connection;
+mod session;
+
+use std::{fmt, sync::Arc};
+
+pub use self::{
+    connection::{Connection, Incoming},
+    session::SessionState,
+};
+use crate::{
+    context::CancelReason,
+    dialect::Dialect,
+    message::Id,
+    outbox::Outbox,
+    peer::PeerDialect,
+    registry::{CancelOutcome, Registry},
+};
+pub(crate) use connection::Registration;
+
+/// What a cancel can reach: a registry of requests in flight, and the dialect its connections' peers speak.
+/// Cloning gives another handle to the same scope.
+#[derive(Clone, Default)]
+pub struct Scope {
+    registry: Registry,
+    dialect: Option<Arc<dyn PeerDialect>>,
+}
+
+impl Scope {
+    /// A scope without a dialect: its connections have no [`Peer`](crate::Peer), and replies from the other side
+    /// are handed back to the transport ([`Incoming::Response`]).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A scope whose connections each have a [`Peer`](crate::Peer) speaking `dialect`. Give it the same
+    /// dialect value the stack was built with ([`CancelStack::dialect`](crate::CancelStack::dialect)).
+    pub fn with_dialect<D: Dialect>(dialect: D) -> Self {
+        Self {
+            registry: Registry::new(),
+            dialect: Some(Arc::new(dialect)),
+        }
+    }
+
+    /// This scope with `registry` as its table (for registry limits of your own, or to watch it from outside).
+    pub fn with_registry(mut self, registry: Registry) -> Self {
+        self.registry = registry;
+        self
+    }
+
+    /// The scope's registry.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// A new connection of this scope, sending through `outbox`.
+    pub fn connect(&self, outbox: Outbox) -> Connection {
+        Connection::new(self.clone(), outbox)
+    }
+
+    /// Cancel every request `id` in flight in the scope, on any connection, or remember the cancel for the
+    /// scope (see [Sharing a scope](self#sharing-a-scope)).
+    pub fn cancel(&self, id: &Id, reason: CancelReason) -> CancelOutcome {
+        self.registry.cancel(id, reason)
+    }
+
+    /// Cancel everything in flight in the scope with `reason`. Returns how many requests this cancelled.
+    pub fn close(&self, reason: CancelReason) -> usize {
+        self.registry.cancel_all(reason)
+    }
+
+    /// Stop taking work in the whole scope: requests registered from now on start out cancelled with `reason`.
+    pub fn refuse_new(&self, reason: CancelReason) {
+        self.registry.refuse_new(reason);
+    }
+
+    pub(crate) fn dialect(&self) -> Option<&Arc<dyn PeerDialect>> {
+        self.dialect.as_ref()
+    }
+}
+
+impl fmt::Debug for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Scope")
+            .field("dialect", &self.dialect.as_ref().map(|d| d.name()))
+            .field("registry", &self.registry)
+            .finish()
+    }
+}
