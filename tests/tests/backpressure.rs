@@ -1,11 +1,13 @@
 //! Cancels are never stuck behind backpressure: a request queued behind a saturated
-//! `ConcurrencyLimit` placed below the stack can be cancelled, and then its handler never runs.
+//! `ConcurrencyLimit` placed below the stack can be cancelled (by the peer, or by its deadline, armed when it
+//! arrived), and then its handler never runs.
 
 use std::time::Duration;
 
-use tests::{Conn, Counts, End, Probe, Spoken};
+use tests::{assert_about, ms, Conn, Counts, End, Probe, Spoken};
+use tokio::time::Instant;
 use tower::ServiceBuilder;
-use tower_cancel::CancelStack;
+use tower_cancel::{CancelStack, TimeoutLayer};
 use tower_cancel_io::Server;
 
 /// `stack` over `probe`'s handler behind a concurrency limit of 1.
@@ -165,4 +167,28 @@ async fn a_disconnect_reaches_queued_requests_and_they_never_run() {
         )]
     );
     assert_eq!(Counts::of(&registry), Counts::new(3, 0, 3));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_queued_request_times_out_while_it_waits_and_never_runs() {
+    // The deadline is armed when the request arrives, not when it gets past the limit: request 2 (timeout 1 s)
+    // waits behind a 10 s request and is answered at its deadline.
+    let probe = Probe::new();
+    let timeouts = TimeoutLayer::none().method("echo", ms(1000));
+    let mut conn = limited(&probe, CancelStack::lsp().timeouts(timeouts));
+    conn.send(r#"{"jsonrpc":"2.0","id":1,"method":"sleep","params":{"ms":10000}}"#)
+        .await;
+    probe.wait_started(1).await;
+    let sent = Instant::now();
+    conn.send(r#"{"jsonrpc":"2.0","id":2,"method":"echo","params":"late"}"#)
+        .await;
+    conn.expect(
+        r#"{"jsonrpc":"2.0","id":2,"error":{"code":-32800,"message":"Request cancelled"}}"#,
+    )
+    .await;
+    assert_about(sent.elapsed(), ms(1000));
+    conn.expect(r#"{"jsonrpc":"2.0","id":1,"result":{"slept":10000}}"#)
+        .await;
+    assert_eq!(probe.started(), 1, "request 2 never ran");
+    conn.finish_counting(Counts::new(2, 1, 1)).await;
 }

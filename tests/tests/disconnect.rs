@@ -1,12 +1,13 @@
-//! Closing the connection cancels everything in flight with reason `Disconnect`; `serve` returns `Ok` and the
-//! registry is empty.
+//! Closing the connection (or dropping `serve`) cancels everything in flight with reason `Disconnect`; `serve`
+//! returns `Ok` and the registry is empty.
 
 use std::{ops::RangeInclusive, time::Duration};
 
+use serde_json::json;
 use tests::{assert_about, ms, set_of, Conn, Counts, End, Ended, Probe};
 use tokio::time::Instant;
 use tower::ServiceBuilder;
-use tower_cancel::{CancelReason, CancelStack};
+use tower_cancel::{CancelReason, CancelStack, PeerError};
 use tower_cancel_io::{Framing, Server};
 
 /// Send the `hang` requests `ids`, each once the one before it runs, and wait until the last one runs.
@@ -165,4 +166,45 @@ async fn an_idle_connection_closes_cleanly() {
     let registry = conn.registry().clone();
     conn.finish_quiet().await;
     assert_eq!(Counts::of(&registry), Counts::default());
+}
+
+/// Dropping the `serve` future (the usual `select!` against a signal, or aborting its task) is a disconnect too:
+/// the requests in flight are cancelled and the peer's pending calls fail with `Closed`, rather than wait forever.
+#[tokio::test(start_paused = true)]
+async fn dropping_serve_cancels_what_is_in_flight_and_fails_the_peers_calls() {
+    let probe = Probe::new();
+    let server = Server::with_stack(CancelStack::lsp(), probe.service());
+    let peer = server.peer().expect("the stack's dialect gives a peer");
+    let registry = server.registry().clone();
+    let (mut client_out, server_in) = tokio::io::duplex(64 * 1024);
+    let (server_out, client_in) = tokio::io::duplex(64 * 1024);
+    let serving = tokio::spawn(server.serve(server_in, server_out, Framing::ContentLength));
+    {
+        use tokio::io::AsyncWriteExt;
+        let hang = tests::frame(
+            r#"{"jsonrpc":"2.0","id":1,"method":"hang"}"#,
+            Framing::ContentLength,
+        );
+        client_out.write_all(hang.as_bytes()).await.unwrap();
+    }
+    probe.wait_started(1).await;
+    // A call the server makes to its client from a background task (not a request's child).
+    let call = tokio::spawn(peer.request("window/showMessageRequest", json!({ "message": "hi" })));
+    let mut reader = tokio::io::BufReader::new(client_in);
+    let sent = tests::read_frame(&mut reader, Framing::ContentLength).await;
+    assert!(sent.is_some_and(|frame| frame.contains("window/showMessageRequest")));
+
+    serving.abort();
+    let _ = serving.await;
+    let outcome = tokio::time::timeout(Duration::from_secs(3600), call)
+        .await
+        .expect("the call ended")
+        .unwrap();
+    assert_eq!(outcome, Err(PeerError::Closed));
+    assert_eq!(peer.stats().pending, 0);
+    assert_eq!(
+        probe.ended_of(1),
+        Some(Ended::stopped(1, "hang", Some(CancelReason::Disconnect)))
+    );
+    assert!(registry.is_empty());
 }

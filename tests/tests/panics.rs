@@ -1,7 +1,13 @@
-//! A panicking handler is answered -32603, its registry entry is removed at once, and the connection goes on.
+//! A panicking handler is answered -32603, its registry entry is removed at once, and the connection goes on; a
+//! panic after a cancel won is answered as the cancel says.
 
-use tests::{Conn, Counts, End, Ended, Probe};
-use tower_cancel::CancelReason;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tests::{Conn, Counts, End, Ended, Probe, Spoken};
+use tower::{service_fn, ServiceBuilder};
+use tower_cancel::{BoxError, CancelReason, CancelStack, Request};
+use tower_cancel_io::{Framing, Server};
 
 const PANICKED_3: &str = r#"{"jsonrpc":"2.0","id":3,"error":{"code":-32603,"message":"Internal error: handler panicked"}}"#;
 
@@ -82,6 +88,114 @@ async fn a_panicking_notification_handler_gets_no_reply_and_the_connection_goes_
     let probe = Probe::new();
     let mut conn = Conn::lsp(&probe);
     conn.send(r#"{"jsonrpc":"2.0","method":"panic"}"#).await;
+    conn.send(r#"{"jsonrpc":"2.0","id":4,"method":"echo"}"#)
+        .await;
+    conn.expect(r#"{"jsonrpc":"2.0","id":4,"result":null}"#)
+        .await;
+    conn.finish_counting(Counts::new(1, 1, 0)).await;
+}
+
+/// A handler that waits for its request to be cancelled, then panics while winding down.
+fn panics_after_cancel<D: Spoken>(stack: CancelStack<D>) -> Conn {
+    let service = ServiceBuilder::new()
+        .layer(stack.cooperative(Duration::from_secs(5)))
+        .service(service_fn(|req: Request| async move {
+            if req.method() == "work" {
+                let ctx = req.context().cloned().expect("behind the stack");
+                ctx.cancelled().await;
+                panic!("cleanup failed while winding down");
+            }
+            Ok::<Value, BoxError>(json!("ok"))
+        }));
+    Conn::start(Server::new(service), D::FRAMING)
+}
+
+/// Cooperative mode: the handler panics after the peer's cancel. The cancel settled the request first, so its
+/// answer is the cancel's: nothing at all in MCP, -32800 in LSP (never -32603).
+#[tokio::test(start_paused = true)]
+async fn a_handler_panicking_after_the_peers_cancel_is_answered_as_cancelled() {
+    let mut conn = panics_after_cancel(CancelStack::mcp());
+    conn.send(r#"{"jsonrpc":"2.0","id":7,"method":"work"}"#)
+        .await;
+    conn.send(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#)
+        .await;
+    conn.expect(r#"{"jsonrpc":"2.0","id":1,"result":"ok"}"#)
+        .await;
+    conn.send(r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7,"reason":"user"}}"#)
+        .await;
+    let before = conn
+        .replies_until(
+            r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","id":2,"result":"ok"}"#,
+        )
+        .await;
+    assert_eq!(before, Vec::<String>::new(), "MCP: nothing for request 7");
+    conn.finish_counting(Counts::new(3, 2, 1)).await;
+
+    let mut conn = panics_after_cancel(CancelStack::lsp());
+    conn.send(r#"{"jsonrpc":"2.0","id":7,"method":"work"}"#)
+        .await;
+    conn.send(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#)
+        .await;
+    conn.expect(r#"{"jsonrpc":"2.0","id":1,"result":"ok"}"#)
+        .await;
+    conn.send(r#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":7}}"#)
+        .await;
+    conn.expect(
+        r#"{"jsonrpc":"2.0","id":7,"error":{"code":-32800,"message":"Request cancelled"}}"#,
+    )
+    .await;
+    conn.finish_counting(Counts::new(2, 1, 1)).await;
+}
+
+/// Abort mode, the race a panic on one thread can lose to a cancel on another, made deterministic: the handler's
+/// request is cancelled by its peer (through its connection, as the driver delivers a cancel) and then the
+/// handler panics in the same poll. The cancel won: MCP sends nothing, LSP -32800.
+#[tokio::test(start_paused = true)]
+async fn a_panic_that_loses_the_race_to_a_cancel_is_answered_as_cancelled() {
+    async fn served<D: Spoken>(stack: CancelStack<D>) -> Vec<String> {
+        let service =
+            ServiceBuilder::new()
+                .layer(stack)
+                .service(service_fn(|req: Request| async move {
+                    if req.method() == "work" {
+                        let id = req.id().expect("a request").clone();
+                        let connection = req.connection().expect("over a connection");
+                        connection.cancel(&id, CancelReason::peer(Some("user".into())));
+                        panic!("after the cancel");
+                    }
+                    Ok::<Value, BoxError>(json!("ok"))
+                }));
+        let mut conn = Conn::start(Server::new(service), D::FRAMING);
+        conn.send(r#"{"jsonrpc":"2.0","id":7,"method":"work"}"#)
+            .await;
+        let replies = conn
+            .replies_until(
+                r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#,
+                r#"{"jsonrpc":"2.0","id":2,"result":"ok"}"#,
+            )
+            .await;
+        conn.finish_counting(Counts::new(2, 1, 1)).await;
+        replies
+    }
+    assert_eq!(served(CancelStack::mcp()).await, Vec::<String>::new());
+    assert_eq!(
+        served(CancelStack::lsp()).await,
+        [r#"{"jsonrpc":"2.0","id":7,"error":{"code":-32800,"message":"Request cancelled"}}"#]
+    );
+}
+
+/// A panic in the handler of replies the connection has no peer for is logged; the connection goes on.
+#[tokio::test(start_paused = true)]
+async fn a_panicking_response_handler_does_not_end_the_connection() {
+    let probe = Probe::new();
+    let service = ServiceBuilder::new()
+        .layer(CancelStack::lsp())
+        .service(probe.service());
+    let server = Server::new(service).on_response(|_| panic!("the response handler failed"));
+    let mut conn = Conn::start(server, Framing::ContentLength);
+    conn.send(r#"{"jsonrpc":"2.0","id":99,"result":"a reply to nothing"}"#)
+        .await;
     conn.send(r#"{"jsonrpc":"2.0","id":4,"method":"echo"}"#)
         .await;
     conn.expect(r#"{"jsonrpc":"2.0","id":4,"result":null}"#)

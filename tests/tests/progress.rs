@@ -7,9 +7,14 @@
 
 use std::time::Duration;
 
+use serde_json::{json, Value};
 use tests::{assert_about, ms, Conn, Counts, Ended, Probe};
 use tokio::time::Instant;
-use tower_cancel::{timeout::TimeoutLayer, CancelReason, CancelStack};
+use tower::{service_fn, ServiceBuilder};
+use tower_cancel::{
+    progress::ProgressUpdate, timeout::TimeoutLayer, BoxError, CancelReason, CancelStack, Request,
+};
+use tower_cancel_io::{Framing, Server};
 
 /// An idle timeout of 100 ms, cut at `max` in all.
 fn idle(max: Duration) -> TimeoutLayer {
@@ -340,4 +345,105 @@ async fn reports_after_the_request_was_cancelled_are_not_sent() {
         [Ended::finished(7, "progress", Some(CancelReason::Timeout))]
     );
     conn.finish_counting(Counts::new(1, 0, 1)).await;
+}
+
+/// A progress handle kept by a task that outlives its handler (the usual way to report from background work):
+/// once the request is answered nothing more is sent for it, and `report` says so.
+#[tokio::test(start_paused = true)]
+async fn progress_after_the_request_completed_is_not_sent() {
+    let (reported_tx, mut reported_rx) = tokio::sync::mpsc::unbounded_channel::<bool>();
+    let service = ServiceBuilder::new()
+        .layer(CancelStack::mcp())
+        .service(service_fn(move |req: Request| {
+            let reported_tx = reported_tx.clone();
+            async move {
+                let progress = req
+                    .progress()
+                    .expect("the request carried a progress token");
+                tokio::spawn(async move {
+                    tokio::time::sleep(ms(10)).await;
+                    let sent = progress.report(ProgressUpdate::new(1.0).total(2.0));
+                    let _ = reported_tx.send(sent);
+                });
+                Ok::<Value, BoxError>(json!("done"))
+            }
+        }));
+    let mut conn = Conn::start(Server::new(service), Framing::Ndjson);
+    conn.send(
+        r#"{"jsonrpc":"2.0","id":7,"method":"work","params":{"_meta":{"progressToken":"t"}}}"#,
+    )
+    .await;
+    conn.expect(r#"{"jsonrpc":"2.0","id":7,"result":"done"}"#)
+        .await;
+    assert_eq!(
+        reported_rx.recv().await,
+        Some(false),
+        "report says nothing was sent"
+    );
+    assert_eq!(conn.finish().await, Vec::<String>::new());
+}
+
+/// A handler that reports while the peer reads nothing: past the outbox's bound its reports are dropped (and
+/// `report` says so) rather than buffered without bound; replies are never dropped.
+#[tokio::test(start_paused = true)]
+async fn progress_is_dropped_while_the_peer_is_not_reading() {
+    let (reported_tx, mut reported_rx) = tokio::sync::mpsc::unbounded_channel::<(u32, bool)>();
+    let service = ServiceBuilder::new()
+        .layer(CancelStack::mcp())
+        .service(service_fn(move |req: Request| {
+            let reported_tx = reported_tx.clone();
+            async move {
+                let progress = req.progress().expect("a progress token");
+                for step in 0..100 {
+                    let sent = progress
+                        .report(ProgressUpdate::new(f64::from(step)).message("x".repeat(1000)));
+                    let _ = reported_tx.send((step, sent));
+                }
+                Ok::<Value, BoxError>(json!("done"))
+            }
+        }));
+    let (mut client_out, server_in) = tokio::io::duplex(64 * 1024);
+    // A pipe of 1 KiB the client never reads: the writer stalls at once.
+    let (server_out, client_in) = tokio::io::duplex(1024);
+    let server = Server::new(service).max_queued_bytes(16 * 1024);
+    let outbox = server.connection().outbox().clone();
+    let serving = tokio::spawn(server.serve(server_in, server_out, Framing::Ndjson));
+    {
+        use tokio::io::AsyncWriteExt;
+        client_out
+            .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"work\",\"params\":{\"_meta\":{\"progressToken\":1}}}\n")
+            .await
+            .unwrap();
+    }
+    let mut sent = Vec::new();
+    for _ in 0..100 {
+        sent.push(reported_rx.recv().await.unwrap().1);
+    }
+    let kept = sent.iter().filter(|sent| **sent).count();
+    assert!(
+        (10..30).contains(&kept),
+        "{kept} of 100 reports of about 1 KiB queued under a 16 KiB bound"
+    );
+    assert!(
+        sent[..kept].iter().all(|sent| *sent),
+        "the first ones are sent, the rest dropped"
+    );
+    assert!(
+        outbox.queued_bytes() < 32 * 1024,
+        "{} bytes queued",
+        outbox.queued_bytes()
+    );
+    // The peer reads everything in the end: the reports that were kept, then the reply.
+    drop(client_out);
+    let mut reader = tokio::io::BufReader::new(client_in);
+    let mut frames = Vec::new();
+    while let Some(frame) = tests::read_frame(&mut reader, Framing::Ndjson).await {
+        frames.push(frame);
+    }
+    assert_eq!(frames.len(), kept + 1);
+    assert_eq!(
+        frames.last().unwrap(),
+        r#"{"jsonrpc":"2.0","id":7,"result":"done"}"#
+    );
+    serving.await.unwrap().unwrap();
 }

@@ -636,3 +636,66 @@ async fn towers_own_timeout_below_the_stack_is_answered_as_a_timeout() {
     let conn = with_towers_timeout(&probe, CancelStack::mcp());
     times_out_showing(conn, &probe, ms(1000), MCP_TIMED_OUT_7, false).await;
 }
+
+/// `initialize` can never be cancelled, so tower's timeout firing on it is an ordinary failure (-32603), never
+/// the dialect's cancelled reply.
+#[tokio::test(start_paused = true)]
+async fn initialize_timed_out_by_towers_timeout_is_a_failure_not_a_cancel() {
+    async fn initialize<D: Spoken>(stack: CancelStack<D>) {
+        let probe = Probe::new();
+        let mut conn = with_towers_timeout(&probe, stack);
+        let sent = Instant::now();
+        conn.send(r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"ms":5000}}"#)
+            .await;
+        conn.expect(r#"{"jsonrpc":"2.0","id":0,"error":{"code":-32603,"message":"Internal error: request timed out"}}"#)
+            .await;
+        assert_about(sent.elapsed(), ms(1000));
+        assert_eq!(
+            probe.ended_of(0),
+            Some(Ended::stopped(0, "initialize", None)),
+            "never cancelled"
+        );
+        conn.finish_counting(Counts::default()).await;
+    }
+    initialize(CancelStack::lsp()).await;
+    initialize(CancelStack::mcp()).await;
+}
+
+/// tower's timeout firing inside the cooperative grace after the peer's cancel: the peer's cancel settled the
+/// request, so it is answered as that cancel (MCP: nothing; LSP: -32800), and the handler saw reason Peer.
+#[tokio::test(start_paused = true)]
+async fn towers_timeout_inside_the_grace_keeps_the_peers_cancel() {
+    async fn cancelled_then_timed_out<D: Spoken>(stack: CancelStack<D>) -> (Vec<String>, Probe) {
+        let probe = Probe::new();
+        let mut conn = with_towers_timeout(&probe, stack.cooperative(ms(5000)));
+        conn.send(&format!(
+            r#"{{"jsonrpc":"2.0","id":{},"method":"hang"}}"#,
+            D::ID
+        ))
+        .await;
+        probe.wait_started(D::ID).await;
+        conn.send(&D::cancel_frame(D::ID)).await;
+        // tower's timeout fires 1 s after the call, inside the 5 s grace.
+        tokio::time::sleep(ms(1500)).await;
+        let replies = conn
+            .replies_until(
+                r#"{"jsonrpc":"2.0","id":99,"method":"echo"}"#,
+                r#"{"jsonrpc":"2.0","id":99,"result":null}"#,
+            )
+            .await;
+        conn.finish_counting(Counts::new(2, 1, 1)).await;
+        (replies, probe)
+    }
+    let (replies, probe) = cancelled_then_timed_out(CancelStack::mcp()).await;
+    assert_eq!(replies, Vec::<String>::new());
+    assert_eq!(
+        probe.ended_of(7),
+        Some(Ended::stopped(7, "hang", Some(CancelReason::peer(None))))
+    );
+    let (replies, probe) = cancelled_then_timed_out(CancelStack::lsp()).await;
+    assert_eq!(replies, [LSP_CANCELLED_7]);
+    assert_eq!(
+        probe.ended_of(7),
+        Some(Ended::stopped(7, "hang", Some(CancelReason::peer(None))))
+    );
+}

@@ -81,9 +81,11 @@ where
         R: AsyncRead + Unpin,
         C: Decoder<Item = Result<BytesMut, FrameError>, Error = io::Error>,
     {
-        let _close = CloseOnDrop(self.connection.clone());
         let outbox = self.connection.outbox().clone();
         let mut in_flight = FuturesUnordered::new();
+        // Declared after `in_flight`, so dropped before it: the requests are cancelled (Disconnect) first, and their
+        // handlers see that reason as they are dropped.
+        let _close = CloseOnDrop(self.connection.clone());
         let mut result = Ok(());
         let mut ending = Ending::Disconnect;
         // Armed when a graceful shutdown begins: the end of the drain.

@@ -1,0 +1,106 @@
+//! A peer that stops reading its replies: the server's queue of replies is bounded in bytes, the server stops
+//! reading that connection until the peer catches up, and a graceful shutdown still ends, its last writes cut at
+//! the close grace.
+
+use std::time::Duration;
+
+use tests::{ms, Probe};
+use tokio::io::AsyncWriteExt;
+use tower::ServiceBuilder;
+use tower_cancel::{outbox::DEFAULT_MAX_QUEUED_BYTES, CancelStack};
+use tower_cancel_io::{Framing, Server};
+
+const PIPE: usize = 64 * 1024;
+
+/// An `echo` request of about 32 KiB, as one NDJSON line.
+fn echo(id: u32, payload: &str) -> String {
+    format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"echo\",\"params\":\"{payload}\"}}\n")
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_peer_that_never_reads_cannot_make_the_server_buffer_without_bound() {
+    let probe = Probe::new();
+    let service = ServiceBuilder::new()
+        .layer(CancelStack::acp())
+        .service(probe.service());
+    let (mut client_out, server_in) = tokio::io::duplex(PIPE);
+    let (server_out, _client_in_never_read) = tokio::io::duplex(PIPE);
+    let server = Server::new(service);
+    let outbox = server.connection().outbox().clone();
+    let _serving = tokio::spawn(server.serve(server_in, server_out, Framing::Ndjson));
+
+    // 64 MiB of requests, each answered by a 32 KiB echo, while the client reads nothing.
+    let payload = "x".repeat(32 * 1024);
+    let mut written = 0;
+    let write_all = async {
+        for id in 0..2048 {
+            client_out
+                .write_all(echo(id, &payload).as_bytes())
+                .await
+                .unwrap();
+            written += 1;
+        }
+    };
+    let blocked = tokio::time::timeout(Duration::from_secs(60), write_all)
+        .await
+        .is_err();
+    assert!(
+        blocked,
+        "the server read all 64 MiB while the peer read nothing"
+    );
+    let queued = outbox.queued_bytes();
+    println!("{written} requests written before the server stopped reading; {queued} bytes queued");
+    assert!(
+        queued <= DEFAULT_MAX_QUEUED_BYTES + 64 * 1024,
+        "{queued} bytes of replies queued, past the bound"
+    );
+    assert!(
+        written < 2048 / 4,
+        "{written} requests read: the server should stop near the 8 MiB bound"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn graceful_shutdown_ends_even_if_the_peer_stopped_reading() {
+    let probe = Probe::new();
+    let service = ServiceBuilder::new()
+        .layer(CancelStack::acp())
+        .service(probe.service());
+    let (mut client_out, server_in) = tokio::io::duplex(PIPE);
+    let (server_out, _client_in_never_read) = tokio::io::duplex(PIPE);
+    let server = Server::new(service)
+        .drain_timeout(ms(1000))
+        .close_grace(ms(500));
+    let shutdown = server.shutdown_handle();
+    let serving = tokio::spawn(server.serve(server_in, server_out, Framing::Ndjson));
+    let payload = "x".repeat(32 * 1024);
+    for id in 0..4 {
+        client_out
+            .write_all(echo(id, &payload).as_bytes())
+            .await
+            .unwrap();
+    }
+    client_out
+        .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":99,\"method\":\"hang\"}\n")
+        .await
+        .unwrap();
+    probe.wait_started(99).await;
+    let started = tokio::time::Instant::now();
+    shutdown.shutdown();
+    tokio::time::timeout(Duration::from_secs(3600), serving)
+        .await
+        .expect("serve returned")
+        .unwrap()
+        .unwrap();
+    // The drain, then the close grace for the writes the peer never takes.
+    let took = started.elapsed();
+    assert!(
+        took >= ms(1000) && took <= ms(1600),
+        "serve returned {took:?} after the shutdown"
+    );
+    assert_eq!(
+        probe.running(),
+        0,
+        "request 99 was cancelled at the end of the drain"
+    );
+}
