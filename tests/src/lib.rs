@@ -954,6 +954,18 @@ impl Spoken for Lsp {
     }
 }
 
+/// LSP with methods that opted in to ServerCancelled speaks as LSP does to a peer.
+impl Spoken for tower_cancel::dialect::ServerCancellable<Lsp> {
+    const FRAMING: Framing = Framing::ContentLength;
+    const ID: i64 = Lsp::ID;
+    fn cancel_frame(id: i64) -> String {
+        Lsp::cancel_frame(id)
+    }
+    fn cancelled_frame(id: i64) -> Option<String> {
+        Lsp::cancelled_frame(id)
+    }
+}
+
 impl Spoken for Acp {
     const FRAMING: Framing = Framing::Ndjson;
     const ID: i64 = 3;

@@ -698,4 +698,9 @@ async fn towers_timeout_inside_the_grace_keeps_the_peers_cancel() {
         probe.ended_of(7),
         Some(Ended::stopped(7, "hang", Some(CancelReason::peer(None))))
     );
+    // Where the reason shows on the wire: an LSP method that opted in to ServerCancelled gets -32802 for a timeout,
+    // but this request was cancelled by the peer: -32800.
+    let stack = CancelStack::new(Lsp.server_cancellable(["hang"]));
+    let (replies, _) = cancelled_then_timed_out(stack).await;
+    assert_eq!(replies, [LSP_CANCELLED_7]);
 }

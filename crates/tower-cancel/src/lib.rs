@@ -1,7 +1,8 @@
 //! Cancellation of in-flight JSON-RPC requests as a cross-cutting concern.
 //!
-//! Wrap any `tower::Service<Request>` in these layers: a peer's cancel message, a closed connection or a cancel
-//! from your own code then stops the work and answers the caller the way its protocol expects.
+//! Wrap any `tower::Service<Request>` in these layers: a peer's cancel message, a timeout, a closed connection, a
+//! shutdown or a cancel from your own code then stops the work and answers the caller the way its protocol expects.
+//! Requests arrive through a [`Connection`] of a [`Scope`] (see [`scope`]): what a cancel can reach.
 //!
 //! # The layers, outermost first
 //!
@@ -13,14 +14,16 @@
 //! your service       Service<Request, Response = serde_json::Value>
 //! ```
 //!
-//! [`CancelStack`] builds them for a dialect in one line. Each layer also works alone.
+//! [`CancelStack`] builds them for a dialect in one line. Each layer also works alone. Put tower's backpressure
+//! layers (`ConcurrencyLimit`, `RateLimit`) below the stack: the cancel and timeout layers are always ready, so a
+//! queued request can still be cancelled or time out.
 //!
 //! # Example
 //!
 //! ```
 //! use std::time::Duration;
 //! use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
-//! use tower_cancel::{CancelStack, Registry, Request};
+//! use tower_cancel::{scope::Incoming, CancelStack, Message, Outbox, Request, Scope};
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
 //! let mut service = ServiceBuilder::new()
@@ -30,21 +33,25 @@
 //!         Ok::<_, tower_cancel::BoxError>(serde_json::json!({ "done": req.method() }))
 //!     }));
 //!
-//! // The transport makes one registry per connection and puts it in every request.
-//! let registry = Registry::new();
-//! let mut slow = Request::new(7, "slow", ());
-//! slow.extensions_mut().insert(registry.clone());
+//! // A transport makes a connection of a scope for each link, and hands it every message it reads.
+//! let (outbox, _to_the_wire) = Outbox::new();
+//! let connection = Scope::new().connect(outbox);
+//! let read = |bytes: &[u8]| match connection.receive(Message::from_slice(bytes).unwrap()) {
+//!     Incoming::Request(request) => request,
+//!     _ => unreachable!("requests and notifications only here"),
+//! };
+//!
+//! let slow = read(br#"{"jsonrpc":"2.0","id":7,"method":"slow"}"#);
 //! let reply = tokio::spawn(service.ready().await.unwrap().call(slow));
 //! tokio::task::yield_now().await;
 //!
 //! // The peer's cancel arrives through the same service.
-//! let mut cancel = Request::notification("$/cancelRequest", serde_json::json!({ "id": 7 }));
-//! cancel.extensions_mut().insert(registry.clone());
+//! let cancel = read(br#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":7}}"#);
 //! service.ready().await.unwrap().call(cancel).await.unwrap();
 //!
 //! let reply = reply.await.unwrap().unwrap().unwrap();
 //! assert_eq!(reply.outcome.unwrap_err().code, -32800);
-//! assert!(registry.is_empty());
+//! assert!(connection.registry().is_empty());
 //! # }
 //! ```
 //!

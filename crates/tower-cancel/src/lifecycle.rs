@@ -119,9 +119,8 @@ impl Lifecycle {
             return false;
         }
         // The reason is written before the swap, and only the cancel that writes it may make the swap: with two
-        // cancels racing, the one whose reason is kept is the one that wins (or neither, if a completion is first).
-        // Before, each wrote its reason and then swapped, so one could win with the other's reason: its caller
-        // was told it cancelled the request while the reply named another source (found by the loom model).
+        // cancels racing, the one whose reason is kept is the one that wins (or neither, if a completion is first),
+        // so no caller is told it cancelled the request while the reply names another source.
         // A cancel that loses the race to a completion leaves a reason nobody reads: `reason()` only answers in
         // `CANCELLED`.
         if self.reason.set(reason).is_err() {

@@ -14,21 +14,26 @@
 //! # Example
 //!
 //! ```
-//! use tower::service_fn;
-//! use tower_cancel::{ErrorObject, Request};
+//! use tower::{service_fn, ServiceBuilder};
+//! use tower_cancel::{dialect::Acp, CancelLayer, CascadeLayer, ErrorMapLayer, ErrorObject, Request};
 //!
 //! async fn prompt(req: Request) -> Result<serde_json::Value, ErrorObject> {
 //!     let ctx = req.context().expect("behind the stack");
 //!     if let Some(client) = ctx.peer() {
 //!         // Cancelled, and the client told, if this prompt is cancelled while it waits.
-//!         let answer = client
+//!         let _answer = client
 //!             .request("session/request_permission", serde_json::json!({ "sessionId": "s" }))
 //!             .await;
-//!         let _ = answer;
 //!     }
 //!     Ok(serde_json::json!({ "stopReason": "end_turn" }))
 //! }
-//! # let _ = service_fn(prompt);
+//!
+//! // What `CancelStack::acp()` builds, without the timeout layer.
+//! let _service = ServiceBuilder::new()
+//!     .layer(ErrorMapLayer::new(Acp))
+//!     .layer(CancelLayer::new(Acp))
+//!     .layer(CascadeLayer::new())
+//!     .service(service_fn(prompt));
 //! ```
 
 mod layer;
