@@ -160,11 +160,11 @@ async fn mcp_cancelling_the_servers_request_cancels_its_request_to_the_client() 
     let nested = "parent request cancelled";
     cancelling_the_servers_request_cancels_the_nested_one(
         Pair::mcp(),
-        &mcp_cancel(0, "caller went away"),
+        &mcp_cancel(0, "cancelled locally: caller went away"),
         &mcp_cancel(0, nested),
         None,
         (
-            CancelReason::peer(Some("caller went away".into())),
+            CancelReason::peer(Some("cancelled locally: caller went away".into())),
             CancelReason::peer(Some(nested.into())),
         ),
     )
@@ -459,7 +459,7 @@ async fn mcp_a_nested_call_in_its_own_task_is_cancelled_with_its_parent() {
         )
         .await;
     pair.to_server
-        .expect(&mcp_cancel(0, "caller went away"))
+        .expect(&mcp_cancel(0, "cancelled locally: caller went away"))
         .await;
     pair.to_client.expect(HANG_0).await;
     // The handler was dropped, its task was not: the parent's token stopped the call, and MCP stops waiting.
@@ -623,7 +623,7 @@ fn mcp_reason(cascaded: bool) -> &'static str {
     if cascaded {
         "parent request cancelled"
     } else {
-        "caller went away"
+        "cancelled locally: caller went away"
     }
 }
 

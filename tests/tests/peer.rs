@@ -118,7 +118,7 @@ async fn dropping_a_call_cancels_it_and_the_reply_is_late(
 
 /// MCP: the cancel says the caller went away, and nothing comes back.
 async fn mcp_dropping_a_call_cancels_it(direction: Direction) {
-    let reason = "caller went away";
+    let reason = "cancelled locally: caller went away";
     let (cancel, reason_seen) = (
         mcp_cancel_0(reason),
         CancelReason::peer(Some(reason.into())),
@@ -870,4 +870,51 @@ async fn a_timed_out_call_waiting_for_its_answer_fails_with_closed_when_the_conn
     assert_eq!(call.await.unwrap(), Err(PeerError::Closed));
     pair.client.join().await;
     pair.server.join().await;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The caller's own code.
+// ---------------------------------------------------------------------------------------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn a_panicking_progress_callback_leaves_the_connection_up() {
+    let mut pair = Pair::mcp();
+    let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = calls.clone();
+    let call = pair.client.peer.request_with_progress(
+        "progress",
+        json!({ "steps": 2, "every": 10 }),
+        move |_| {
+            counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            panic!("the progress callback panics on purpose");
+        },
+    );
+    // The reports reach the callback on the client's connection driver, which outlives the panics: the reply
+    // still arrives over it, and so does the next call's.
+    assert_eq!(call.await, Ok(json!({ "token": 0, "reports": 2 })));
+    assert_eq!(calls.load(std::sync::atomic::Ordering::Relaxed), 2);
+    assert_eq!(
+        pair.client
+            .peer
+            .request("echo", json!({ "still": "up" }))
+            .await,
+        Ok(json!({ "still": "up" }))
+    );
+    assert_eq!(pair.client.peer_counts(), PeerCounts::new(2, 0, 0));
+    pair.to_server.expect(r#"{"jsonrpc":"2.0","id":0,"method":"progress","params":{"_meta":{"progressToken":0},"every":10,"steps":2}}"#).await;
+    for step in 1..=2 {
+        pair.to_client.expect(&format!(
+            r#"{{"jsonrpc":"2.0","method":"notifications/progress","params":{{"message":"step {step}","progress":{step},"progressToken":0,"total":2}}}}"#
+        )).await;
+    }
+    pair.to_client
+        .expect(r#"{"jsonrpc":"2.0","id":0,"result":{"reports":2,"token":0}}"#)
+        .await;
+    pair.to_server
+        .expect(r#"{"jsonrpc":"2.0","id":1,"method":"echo","params":{"still":"up"}}"#)
+        .await;
+    pair.to_client
+        .expect(r#"{"jsonrpc":"2.0","id":1,"result":{"still":"up"}}"#)
+        .await;
+    pair.finish().await;
 }

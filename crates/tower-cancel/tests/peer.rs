@@ -1,7 +1,17 @@
 //! `Peer` on its own: what goes out on the wire for each way a call ends, and the pending table after it.
 
-use std::time::Duration;
+use std::{
+    future::Future,
+    pin::pin,
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc, Mutex,
+    },
+    task::{Context, Poll},
+    time::Duration,
+};
 
+use futures_util::task::noop_waker_ref;
 use serde_json::{json, Value};
 use tokio_test::{assert_pending, assert_ready, task};
 use tokio_util::sync::CancellationToken;
@@ -176,6 +186,87 @@ async fn closing_fails_pending_calls_and_later_ones() {
     assert!(!peer.dispatch_response(Response::ok(Id::from(0), Value::Null)));
 }
 
+/// A call made on one thread while another closes the connection ends `Closed` whichever comes first: refused by
+/// the closed peer, or in the table when `close` empties it. Put in the table after the clear, it would wait for a
+/// reply no one will ever read. A bounded stress on real threads; the loom model `loom_a_peer_call_racing_close`
+/// explores every interleaving of the same race.
+#[test]
+fn a_call_racing_close_on_another_thread_is_never_left_waiting() {
+    const ROUNDS: usize = 50_000;
+    let race = Arc::new(Race::default());
+    let closer = std::thread::spawn({
+        let race = race.clone();
+        move || {
+            for round in 1..=ROUNDS {
+                spin_until(&race.offered, round);
+                let peer = race.peer.lock().unwrap().take().unwrap();
+                race.armed.store(round, Ordering::Release);
+                spin_until(&race.go, round);
+                // A different head start each round, so that the close lands on every step of the call.
+                for _ in 0..round % 256 {
+                    std::hint::spin_loop();
+                }
+                peer.close();
+                race.closed.store(round, Ordering::Release);
+            }
+        }
+    });
+    let mut left_waiting = 0;
+    for round in 1..=ROUNDS {
+        // The receiver lives through the round: a send that fails would end the call for another reason.
+        let (peer, _rx) = peer(Lsp);
+        *race.peer.lock().unwrap() = Some(peer.clone());
+        race.offered.store(round, Ordering::Release);
+        spin_until(&race.armed, round);
+        race.go.store(round, Ordering::Release);
+        let call = peer.request("workspace/symbol", ());
+        spin_until(&race.closed, round);
+        let mut call = pin!(call);
+        match call
+            .as_mut()
+            .poll(&mut Context::from_waker(noop_waker_ref()))
+        {
+            Poll::Ready(outcome) => {
+                assert_eq!(outcome, Err(PeerError::Closed));
+                assert_eq!(peer.stats().pending, 0, "the table is empty after close");
+            }
+            Poll::Pending => {
+                assert_eq!(peer.stats().pending, 1, "left waiting in the table");
+                left_waiting += 1;
+            }
+        }
+    }
+    closer.join().unwrap();
+    assert_eq!(
+        left_waiting, 0,
+        "{left_waiting} of {ROUNDS} calls made while the connection closed were left waiting forever"
+    );
+}
+
+/// The two threads of the race above, in lockstep: the peer handed over, then both released at once.
+#[derive(Default)]
+struct Race {
+    peer: Mutex<Option<Peer>>,
+    offered: AtomicUsize,
+    armed: AtomicUsize,
+    go: AtomicUsize,
+    closed: AtomicUsize,
+}
+
+/// Wait for `flag` to reach `round`, spinning (a sleeping thread would wake too late to race) but yielding now
+/// and then, for a machine with fewer cores than threads.
+fn spin_until(flag: &AtomicUsize, round: usize) {
+    let mut spins = 0u32;
+    while flag.load(Ordering::Acquire) < round {
+        spins += 1;
+        if spins % 1024 == 0 {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_childs_calls_are_cancelled_with_their_parent() {
     let (peer, mut rx) = peer(Mcp);
@@ -276,4 +367,79 @@ async fn lsp_asks_for_progress_with_a_work_done_token() {
     );
     assert!(peer.dispatch_progress(&report));
     assert_eq!(*seen.lock().unwrap(), vec![(40.0, Some("half".to_owned()))]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panicking_progress_callback_loses_its_report_not_the_call() {
+    let (peer, mut rx) = peer(Mcp);
+    let mut call = task::spawn(
+        peer.request_with_progress("tools/call", json!({}), |_| {
+            panic!("the progress callback panics on purpose")
+        })
+        .timeout(Duration::from_millis(100))
+        .reset_on_progress(Duration::from_secs(10)),
+    );
+    sent(&mut rx);
+    tokio::time::sleep(Duration::from_millis(80)).await;
+    assert!(
+        peer.dispatch_progress(&progress(0, 1)),
+        "consumed, though its callback panicked"
+    );
+    assert!(peer.dispatch_progress(&progress(0, 2)), "and the next one");
+    tokio::time::sleep(Duration::from_millis(70)).await;
+    assert_pending!(
+        call.poll(),
+        "the reports still pushed the idle timeout back to 180 ms"
+    );
+    assert!(peer.dispatch_response(Response::ok(0.into(), json!("done"))));
+    assert_eq!(assert_ready!(call.poll()), Ok(json!("done")));
+    drop(call);
+    nothing_sent(&mut rx);
+    assert_eq!(peer.stats().pending, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_timeout_is_the_same_whichever_builder_comes_first() {
+    let (peer, mut rx) = peer(Mcp);
+    let mut call = task::spawn(
+        peer.request_with_progress("tools/call", json!({}), |_| {})
+            .reset_on_progress(Duration::from_millis(150))
+            .timeout(Duration::from_millis(100)),
+    );
+    sent(&mut rx);
+    tokio::time::sleep(Duration::from_millis(90)).await;
+    assert!(peer.dispatch_progress(&progress(0, 1)));
+    tokio::time::sleep(Duration::from_millis(59)).await;
+    assert_pending!(call.poll(), "pushed back from 100 ms");
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(
+        assert_ready!(call.poll()),
+        Err(PeerError::TimedOut),
+        "cut at the 150 ms maximum"
+    );
+}
+
+#[tokio::test]
+async fn mcp_cancels_say_why_the_call_stopped() {
+    let (peer, mut rx) = peer(Mcp);
+    let token = CancellationToken::new();
+    let mut call = task::spawn(peer.request("tools/call", ()).cancel_on(token.clone()));
+    sent(&mut rx);
+    assert_pending!(call.poll());
+    token.cancel();
+    assert_eq!(assert_ready!(call.poll()), Err(PeerError::Cancelled));
+    assert_eq!(
+        sent(&mut rx),
+        json!({ "jsonrpc": "2.0", "method": "notifications/cancelled",
+                "params": { "requestId": 0, "reason": "cancelled locally: cancelled by the caller" } })
+    );
+    drop(peer.request("tools/call", ()));
+    sent(&mut rx);
+    assert_eq!(
+        sent(&mut rx),
+        json!({ "jsonrpc": "2.0", "method": "notifications/cancelled",
+                "params": { "requestId": 1, "reason": "cancelled locally: caller went away" } })
+    );
+    nothing_sent(&mut rx);
+    assert_eq!(peer.stats().pending, 0);
 }

@@ -52,7 +52,7 @@ impl Dialect for Acp {
         request_cancelled("Request cancelled")
     }
 
-    fn cancel_message(&self, id: &Id, _reason: Option<&str>) -> Request {
+    fn cancel_message(&self, id: &Id, _reason: &CancelReason) -> Request {
         Request::notification(Self::CANCEL_METHOD, json!({ "requestId": id }))
     }
 }
@@ -154,7 +154,7 @@ impl Dialect for AcpDraft {
         request_cancelled("Cancelled")
     }
 
-    fn cancel_message(&self, id: &Id, _reason: Option<&str>) -> Request {
+    fn cancel_message(&self, id: &Id, _reason: &CancelReason) -> Request {
         Request::notification(Self::CANCEL_METHOD, json!({ "id": id }))
     }
 

@@ -149,7 +149,7 @@ impl Dialect for Lsp {
         }
     }
 
-    fn cancel_message(&self, id: &Id, _reason: Option<&str>) -> Request {
+    fn cancel_message(&self, id: &Id, _reason: &CancelReason) -> Request {
         Request::notification(Self::CANCEL_METHOD, json!({ "id": id }))
     }
 }

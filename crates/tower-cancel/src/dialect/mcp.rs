@@ -151,12 +151,11 @@ impl Dialect for Mcp {
         false
     }
 
-    fn cancel_message(&self, id: &Id, reason: Option<&str>) -> Request {
-        let params = match reason {
-            Some(reason) => json!({ "requestId": id, "reason": reason }),
-            None => json!({ "requestId": id }),
-        };
-        Request::notification(Self::CANCEL_METHOD, params)
+    fn cancel_message(&self, id: &Id, reason: &CancelReason) -> Request {
+        Request::notification(
+            Self::CANCEL_METHOD,
+            json!({ "requestId": id, "reason": reason.to_string() }),
+        )
     }
 }
 

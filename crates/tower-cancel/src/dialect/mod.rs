@@ -108,8 +108,9 @@ pub trait Dialect: Clone + Send + Sync + 'static {
         true
     }
 
-    /// The cancel message this side sends to cancel its own request `id`.
-    fn cancel_message(&self, id: &Id, reason: Option<&str>) -> Request;
+    /// The cancel message this side sends to cancel its own request `id`, for `reason` (a dialect whose message
+    /// carries a reason renders it; the others leave it out).
+    fn cancel_message(&self, id: &Id, reason: &CancelReason) -> Request;
 
     /// Look at an incoming request before it is dispatched (for example, read capabilities from `initialize`).
     fn observe_request(&self, _request: &Request, _session: &SessionState) {}

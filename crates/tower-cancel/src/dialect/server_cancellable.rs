@@ -58,7 +58,7 @@ impl<D: Dialect> Dialect for ServerCancellable<D> {
         self.dialect.allows_partial_result()
     }
 
-    fn cancel_message(&self, id: &Id, reason: Option<&str>) -> Request {
+    fn cancel_message(&self, id: &Id, reason: &CancelReason) -> Request {
         self.dialect.cancel_message(id, reason)
     }
 

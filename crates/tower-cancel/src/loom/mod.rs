@@ -1,6 +1,6 @@
-//! The synchronisation types the lifecycle and the registry are built on: `std`'s (and `futures`'), or, in the
-//! model-checking build, `loom`'s, so that loom can explore every interleaving of the state machine (tokio-util's
-//! `src/loom.rs` is the model).
+//! The synchronisation types the lifecycle, the registry and the peer's pending table are built on: `std`'s (and
+//! `futures`'), or, in the model-checking build, `loom`'s, so that loom can explore every interleaving of them
+//! (tokio-util's `src/loom.rs` is the model).
 //!
 //! The model-checking build is `--cfg loom` on this crate only (a global `RUSTFLAGS` would switch tokio to its
 //! own loom build, which needs loom as a dependency it lacks outside its own tests):

@@ -4,12 +4,16 @@
 //! Each model runs one request of the LSP dialect through [`Cancel`] on one loom thread and the sources that race
 //! it on others: a peer's cancel (through the registry, as the driver delivers it), a timeout (the lifecycle
 //! cancelled through the request's context, as the timeout layer does), a closed connection (`cancel_all`) and
-//! the response future being dropped. After every interleaving it checks what DESIGN.md promises:
+//! the response future being dropped. After every interleaving it checks the invariants of ARCHITECTURE.md:
 //!
 //! - exactly one outcome: the handler's result with the request settled completed, or the cancelled error with
 //!   the reason of the one source whose cancel won; no two sources both win;
 //! - the registry entry removed, the counters add up to one settlement;
 //! - the token fired if and only if the request ended cancelled, whenever the handler asked for it.
+//!
+//! One more model races a [`Peer`] call being made against the connection closing on another thread: the call ends
+//! `Closed` or waits while the connection is open, the pending table is empty once closed, and no call is left
+//! waiting for a reply that can no longer come.
 //!
 //! `LOOM_MAX_PREEMPTIONS` sets the preemption bound (default [`DEFAULT_PREEMPTIONS`]). Each model prints how many
 //! interleavings it explored; run with `--nocapture` to see them.
@@ -36,7 +40,7 @@ use crate::{
     dialect::Lsp,
     lifecycle::Lifecycle,
     registry::{CancelOutcome, Registry},
-    BoxError, CancelLayer, Cancelled, Id, Request, RequestContext,
+    BoxError, CancelLayer, Cancelled, Id, Outbox, Peer, PeerError, Request, RequestContext,
 };
 
 /// The preemption bound when `LOOM_MAX_PREEMPTIONS` is not set: small enough for CI, large enough that every
@@ -402,5 +406,42 @@ fn loom_a_completion_and_a_cancel_never_both_win() {
         assert_eq!(lifecycle.is_cancelled(), cancelled);
         assert_eq!(lifecycle.token().is_cancelled(), cancelled);
         assert_eq!(lifecycle.reason().is_some(), cancelled);
+    });
+}
+
+#[test]
+fn loom_a_peer_call_racing_close() {
+    // A call goes in the pending table only while the connection is open, checked in the same critical section
+    // as the insert; `close` closes and empties the table in one. With the check made before the lock is taken,
+    // loom finds the interleaving where the call goes in after the table was emptied: it waits for good.
+    explore("a peer call racing close", || {
+        let (outbox, mut wire) = Outbox::new();
+        let peer = Peer::new(Lsp, outbox);
+        let closer = thread::spawn({
+            let peer = peer.clone();
+            move || peer.close()
+        });
+        let mut call = pin!(peer.request("workspace/symbol", ()));
+        let first = call
+            .as_mut()
+            .poll(&mut Context::from_waker(noop_waker_ref()));
+        let (pending, closed) = peer.table_state();
+        assert!(
+            !closed || pending == 0,
+            "a closed peer's table holds {pending} calls"
+        );
+        match first {
+            Poll::Ready(outcome) => assert_eq!(outcome, Err(PeerError::Closed)),
+            Poll::Pending => assert!(wire.try_recv().is_some(), "a waiting call was sent"),
+        }
+        closer.join().unwrap();
+        assert_eq!(
+            peer.table_state(),
+            (0, true),
+            "the table is empty after close"
+        );
+        // No reply will come: only the close can end the call. One that never ends leaves this thread parked
+        // with nothing to wake it, which loom reports as a deadlock.
+        assert_eq!(loom::future::block_on(call), Err(PeerError::Closed));
     });
 }

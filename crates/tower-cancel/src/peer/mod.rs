@@ -1,0 +1,347 @@
+//! Requests to the other side of a connection, cancelled when their caller gives up.
+//!
+//! A [`Peer`] sends requests and notifications through the connection's [`Outbox`] and matches the replies the
+//! transport hands it ([`Peer::dispatch_response`]). Each request is a [`PeerCall`] future:
+//!
+//! - **Dropping it** before the reply sends the dialect's cancel (LSP `$/cancelRequest`, ACP `$/cancel_request`,
+//!   MCP `notifications/cancelled`), unless it was [detached](PeerCall::detach).
+//! - **The parent request** being cancelled (a handle from [`Peer::child_of`], as the
+//!   [`CascadeLayer`](crate::CascadeLayer) gives every request), **a token** ([`PeerCall::cancel_on`]) or **a
+//!   timeout** ([`PeerCall::timeout`], or the peer's default) sends the cancel too. Then the call keeps waiting for
+//!   the peer's reply where the dialect says the peer still answers (LSP, ACP: a -32800 error or a partial result),
+//!   or stops at once with [`PeerError::Cancelled`] / [`PeerError::TimedOut`] (MCP; or any dialect with
+//!   [`PeerCall::wait_after_cancel`]`(false)`).
+//! - A cancel is never sent for `initialize`, and in the ACP draft never to a peer that did not declare
+//!   `cancellation.request` (learned from the `initialize` exchange).
+//! - Replies that arrive after the caller stopped waiting are dropped quietly and counted
+//!   ([`PeerStats::late_replies`]). When the connection closes, pending calls fail with [`PeerError::Closed`], and
+//!   so does every call made after, even one made on another thread while the connection closes.
+//!
+//! The pending table is empty after every path: reply, drop, timeout, cancel, close.
+//!
+//! # Example
+//!
+//! ```
+//! use serde_json::{json, Value};
+//! use tower_cancel::{dialect::Mcp, Outbox, Peer, PeerError, Response};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! let (outbox, mut wire) = Outbox::new();
+//! let peer = Peer::new(Mcp, outbox);
+//!
+//! // A call the other side answers: the transport hands the reply to the peer.
+//! let call = peer.request("tools/list", json!({}));
+//! let sent: Value = serde_json::from_slice(&wire.try_recv().unwrap()).unwrap();
+//! assert_eq!(sent["method"], "tools/list");
+//! peer.dispatch_response(Response::ok(call.id().clone(), json!({ "tools": [] })));
+//! assert_eq!(call.await, Ok(json!({ "tools": [] })));
+//!
+//! // A call its caller gives up on: dropping it tells the other side.
+//! drop(peer.request("tools/call", json!({ "name": "slow" })));
+//! wire.try_recv().unwrap();
+//! let cancel: Value = serde_json::from_slice(&wire.try_recv().unwrap()).unwrap();
+//! assert_eq!(cancel["method"], "notifications/cancelled");
+//! assert_eq!(cancel["params"]["reason"], "cancelled locally: caller went away");
+//!
+//! // The connection closes: later calls fail at once.
+//! peer.close();
+//! assert_eq!(peer.request("tools/list", json!({})).await, Err(PeerError::Closed));
+//! assert_eq!(peer.stats().pending, 0);
+//! # }
+//! ```
+
+mod call;
+mod dialect;
+mod error;
+mod progress;
+mod table;
+
+use std::{
+    fmt,
+    sync::{
+        atomic::{AtomicI64, AtomicU64, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
+
+use serde::Serialize;
+use serde_json::Value;
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+pub use self::{call::PeerCall, error::PeerError};
+use self::{
+    progress::ProgressSlot,
+    table::{Pending, Table},
+};
+use crate::{
+    context::CancelReason,
+    dialect::Dialect,
+    message::{Id, Request, Response},
+    outbox::Outbox,
+    progress::ProgressUpdate,
+    scope::SessionState,
+};
+pub(crate) use dialect::PeerDialect;
+
+/// The other side of a connection, as this side sends to it. Cloning gives another handle to the same peer.
+#[derive(Clone)]
+pub struct Peer {
+    shared: Arc<Shared>,
+    default_timeout: Option<Duration>,
+    // Set on a request's child handle (see `CascadeLayer`): its calls are cancelled with the request.
+    parent: Option<CancellationToken>,
+}
+
+struct Shared {
+    dialect: Arc<dyn PeerDialect>,
+    outbox: Outbox,
+    session: Arc<SessionState>,
+    table: Table,
+    next_id: AtomicI64,
+    stats: Counters,
+}
+
+#[derive(Default)]
+struct Counters {
+    sent: AtomicU64,
+    cancels_sent: AtomicU64,
+    late_replies: AtomicU64,
+}
+
+/// A snapshot of a peer's counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PeerStats {
+    /// Requests sent.
+    pub sent: u64,
+    /// Cancels sent.
+    pub cancels_sent: u64,
+    /// Replies that arrived after their caller stopped waiting (or for ids never sent), dropped.
+    pub late_replies: u64,
+    /// Requests waiting for their reply now.
+    pub pending: usize,
+}
+
+impl Peer {
+    /// A peer sending through `outbox`, with the dialect's rules and a session state of its own. A transport's
+    /// connection has one already ([`Connection::peer`](crate::scope::Connection::peer)), sharing its session
+    /// state with the connection's cancel layer.
+    pub fn new<D: Dialect>(dialect: D, outbox: Outbox) -> Self {
+        Self::with_session(Arc::new(dialect), outbox, Arc::default())
+    }
+
+    pub(crate) fn with_session(
+        dialect: Arc<dyn PeerDialect>,
+        outbox: Outbox,
+        session: Arc<SessionState>,
+    ) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                dialect,
+                outbox,
+                session,
+                table: Table::new(),
+                next_id: AtomicI64::new(0),
+                stats: Counters::default(),
+            }),
+            default_timeout: None,
+            parent: None,
+        }
+    }
+
+    /// A handle whose calls are children of `parent`: when the token fires, each outstanding call is cancelled
+    /// and the peer is sent the cancel for it. [`CascadeLayer`](crate::CascadeLayer) gives each request such a
+    /// handle, tied to the request's own token.
+    pub fn child_of(&self, parent: CancellationToken) -> Self {
+        Self {
+            parent: Some(parent),
+            ..self.clone()
+        }
+    }
+
+    /// This handle with a default timeout for its requests (a call's own [`PeerCall::timeout`] wins). Other
+    /// handles to the same peer keep theirs.
+    pub fn with_default_timeout(mut self, timeout: Duration) -> Self {
+        self.default_timeout = Some(timeout);
+        self
+    }
+
+    /// Send a request. The returned future resolves to the result; see the [module docs](self) for what
+    /// dropping it, its token and its timeout do.
+    pub fn request(&self, method: impl Into<String>, params: impl Serialize) -> PeerCall {
+        let method = method.into();
+        let id = self.next_id();
+        let request = Request::new(id.clone(), method.clone(), params);
+        self.send(id, method, request, None)
+    }
+
+    /// Send a request that asks for progress (MCP's `_meta.progressToken`, LSP's `workDoneToken`, set to the
+    /// request's id): each report the peer sends goes to `on_progress` and counts as activity for
+    /// [`PeerCall::reset_on_progress`]. Where the dialect has no progress or the params are not an object, no
+    /// token is sent and `on_progress` is never called. A panic in `on_progress` is caught and logged: it loses
+    /// that report, not the connection.
+    pub fn request_with_progress(
+        &self,
+        method: impl Into<String>,
+        params: impl Serialize,
+        on_progress: impl Fn(ProgressUpdate) + Send + Sync + 'static,
+    ) -> PeerCall {
+        let method = method.into();
+        let id = self.next_id();
+        let mut params = serde_json::to_value(params).unwrap_or(Value::Null);
+        let token = serde_json::to_value(&id).unwrap_or(Value::Null);
+        let progress = self
+            .shared
+            .dialect
+            .attach_progress_token(&mut params, &token)
+            .then(|| Arc::new(ProgressSlot::new(on_progress)));
+        let request = Request::new(id.clone(), method.clone(), params);
+        self.send(id, method, request, progress)
+    }
+
+    fn next_id(&self) -> Id {
+        Id::Number(self.shared.next_id.fetch_add(1, Ordering::Relaxed))
+    }
+
+    fn send(
+        &self,
+        id: Id,
+        method: String,
+        request: Request,
+        progress: Option<Arc<ProgressSlot>>,
+    ) -> PeerCall {
+        let (tx, rx) = oneshot::channel();
+        let call = PeerCall::new(
+            self.clone(),
+            id.clone(),
+            method.clone(),
+            rx,
+            progress.clone(),
+        );
+        // In the table before it is written, so that no reply can come before its call is there; and only while
+        // the connection is open, checked in the same step as the insert (see `table`).
+        let pending = Pending::new(method, tx, progress);
+        if self.shared.table.insert(id.clone(), pending).is_err() {
+            return call.closed();
+        }
+        // A child handle whose request is already cancelled (a cooperative handler winding down, a task that
+        // outlived its handler) sends nothing: the request would be cancelled the moment it is polled, after the
+        // peer had started a handler for it (nested requests of a cancelled handler still being sent is a known
+        // fault of other implementations).
+        if self
+            .parent
+            .as_ref()
+            .is_some_and(CancellationToken::is_cancelled)
+        {
+            self.forget(&id);
+            return call.refused();
+        }
+        if self.shared.outbox.send_request(&request).is_err() {
+            self.forget(&id);
+            return call.closed();
+        }
+        self.shared.stats.sent.fetch_add(1, Ordering::Relaxed);
+        call
+    }
+
+    /// Send a notification.
+    pub fn notify(
+        &self,
+        method: impl Into<String>,
+        params: impl Serialize,
+    ) -> Result<(), PeerError> {
+        self.shared
+            .outbox
+            .send_request(&Request::notification(method, params))
+            .map_err(|_| PeerError::Closed)
+    }
+
+    /// Hand the peer a reply that arrived on the connection. Returns `false` if no call was waiting for it (it
+    /// is dropped and counted as late).
+    pub fn dispatch_response(&self, response: Response) -> bool {
+        let id = response.id.clone();
+        let shared = &self.shared;
+        let delivered = shared.table.dispatch(response, |method, result| {
+            shared
+                .dialect
+                .observe_response(method, result, &shared.session);
+        });
+        if !delivered {
+            shared.stats.late_replies.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(?id, "late reply dropped");
+        }
+        delivered
+    }
+
+    /// Hand the peer a notification that arrived on the connection. Returns `true` if it was a progress report
+    /// for one of this side's calls that asked for progress (it is consumed: its callback ran, or panicked and was
+    /// logged, and the call's idle timeout was pushed back).
+    pub fn dispatch_progress(&self, notification: &Request) -> bool {
+        let Some((token, update)) = self.shared.dialect.read_progress(notification) else {
+            return false;
+        };
+        let Ok(id) = serde_json::from_value::<Id>(token) else {
+            return false;
+        };
+        // Outside the table's lock: the callback is the caller's code.
+        let Some(slot) = self.shared.table.progress(&id) else {
+            return false;
+        };
+        slot.report(&id, update);
+        true
+    }
+
+    /// The connection closed: every pending call fails with [`PeerError::Closed`], and later requests too.
+    pub fn close(&self) {
+        self.shared.table.close();
+    }
+
+    /// The counters, and the size of the pending table now.
+    pub fn stats(&self) -> PeerStats {
+        let s = &self.shared.stats;
+        PeerStats {
+            sent: s.sent.load(Ordering::Relaxed),
+            cancels_sent: s.cancels_sent.load(Ordering::Relaxed),
+            late_replies: s.late_replies.load(Ordering::Relaxed),
+            pending: self.shared.table.len(),
+        }
+    }
+
+    /// Send the dialect's cancel for call `id`, if the dialect allows one here. Returns whether it went out.
+    fn send_cancel(&self, id: &Id, method: &str, reason: &CancelReason) -> bool {
+        let shared = &self.shared;
+        if !shared.dialect.may_send_cancel(method, &shared.session) {
+            tracing::debug!(%id, method, "no cancel sent: the dialect does not allow it here");
+            return false;
+        }
+        let sent = shared
+            .outbox
+            .send_request(&shared.dialect.cancel_message(id, reason))
+            .is_ok();
+        if sent {
+            shared.stats.cancels_sent.fetch_add(1, Ordering::Relaxed);
+        }
+        sent
+    }
+
+    /// Call `id` stopped waiting: out of the table.
+    fn forget(&self, id: &Id) {
+        self.shared.table.remove(id);
+    }
+
+    /// How many calls are waiting and whether the connection has closed, read together (for the loom model).
+    #[cfg(all(test, loom))]
+    pub(crate) fn table_state(&self) -> (usize, bool) {
+        self.shared.table.state()
+    }
+}
+
+impl fmt::Debug for Peer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Peer")
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
