@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tower_cancel::{dialect::AcpDraft, registry::SessionState};
+use tower_cancel::{dialect::AcpDraft, scope::SessionState};
 use tower_cancel_fuzz::{check_cancel, CancelShape};
 
 const SHAPE: CancelShape = CancelShape {

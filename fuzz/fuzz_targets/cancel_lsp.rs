@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tower_cancel::{dialect::Lsp, registry::SessionState};
+use tower_cancel::{dialect::Lsp, scope::SessionState};
 use tower_cancel_fuzz::{check_cancel, CancelShape};
 
 const SHAPE: CancelShape = CancelShape {

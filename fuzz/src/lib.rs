@@ -10,7 +10,7 @@ use serde_json::value::RawValue;
 use tokio_util::codec::Decoder;
 use tower_cancel::{
     dialect::{Dialect, Recognized},
-    registry::SessionState,
+    scope::SessionState,
     Id, Message, Request,
 };
 use tower_cancel_io::FrameError;
