@@ -114,38 +114,34 @@ fn panics_after_cancel<D: Spoken>(stack: CancelStack<D>) -> Conn {
 /// answer is the cancel's: nothing at all in MCP, -32800 in LSP (never -32603).
 #[tokio::test(start_paused = true)]
 async fn a_handler_panicking_after_the_peers_cancel_is_answered_as_cancelled() {
-    let mut conn = panics_after_cancel(CancelStack::mcp());
-    conn.send(r#"{"jsonrpc":"2.0","id":7,"method":"work"}"#)
-        .await;
-    conn.send(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#)
-        .await;
-    conn.expect(r#"{"jsonrpc":"2.0","id":1,"result":"ok"}"#)
-        .await;
-    conn.send(r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7,"reason":"user"}}"#)
-        .await;
-    let before = conn
-        .replies_until(
-            r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#,
-            r#"{"jsonrpc":"2.0","id":2,"result":"ok"}"#,
-        )
-        .await;
-    assert_eq!(before, Vec::<String>::new(), "MCP: nothing for request 7");
-    conn.finish_counting(Counts::new(3, 2, 1)).await;
-
-    let mut conn = panics_after_cancel(CancelStack::lsp());
-    conn.send(r#"{"jsonrpc":"2.0","id":7,"method":"work"}"#)
-        .await;
-    conn.send(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#)
-        .await;
-    conn.expect(r#"{"jsonrpc":"2.0","id":1,"result":"ok"}"#)
-        .await;
-    conn.send(r#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":7}}"#)
-        .await;
-    conn.expect(
-        r#"{"jsonrpc":"2.0","id":7,"error":{"code":-32800,"message":"Request cancelled"}}"#,
-    )
-    .await;
-    conn.finish_counting(Counts::new(2, 1, 1)).await;
+    /// The replies written for request 7 after the peer cancelled it.
+    async fn after_the_cancel<D: Spoken>(stack: CancelStack<D>) -> Vec<String> {
+        let mut conn = panics_after_cancel(stack);
+        conn.send(r#"{"jsonrpc":"2.0","id":7,"method":"work"}"#)
+            .await;
+        // A round trip: request 7 has been read, registered and polled.
+        conn.send(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#)
+            .await;
+        conn.expect(r#"{"jsonrpc":"2.0","id":1,"result":"ok"}"#)
+            .await;
+        conn.send(&D::cancel_frame(7)).await;
+        let replies = conn
+            .replies_until(
+                r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#,
+                r#"{"jsonrpc":"2.0","id":2,"result":"ok"}"#,
+            )
+            .await;
+        conn.finish_counting(Counts::new(3, 2, 1)).await;
+        replies
+    }
+    assert_eq!(
+        after_the_cancel(CancelStack::mcp()).await,
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        after_the_cancel(CancelStack::lsp()).await,
+        [r#"{"jsonrpc":"2.0","id":7,"error":{"code":-32800,"message":"Request cancelled"}}"#]
+    );
 }
 
 /// Abort mode, the race a panic on one thread can lose to a cancel on another, made deterministic: the handler's

@@ -5,12 +5,37 @@
 use std::time::Duration;
 
 use tests::{ms, Probe};
-use tokio::io::AsyncWriteExt;
+use tokio::{
+    io::{AsyncWriteExt, DuplexStream},
+    task::JoinHandle,
+};
 use tower::ServiceBuilder;
-use tower_cancel::{outbox::DEFAULT_MAX_QUEUED_BYTES, CancelStack};
+use tower_cancel::{outbox::DEFAULT_MAX_QUEUED_BYTES, CancelStack, Outbox};
 use tower_cancel_io::{Framing, Server};
 
 const PIPE: usize = 64 * 1024;
+
+/// The ACP stack over `probe`'s handler, configured by `configure` and served over pipes whose reading end the
+/// client keeps open and never reads: the client's two ends, the outbox, and `serve`'s task.
+fn served_to_a_peer_that_never_reads(
+    probe: &Probe,
+    configure: impl FnOnce(Server<Served>) -> Server<Served>,
+) -> (Client, Outbox, JoinHandle<std::io::Result<()>>) {
+    let service = ServiceBuilder::new()
+        .layer(CancelStack::acp())
+        .service(probe.service());
+    let (client_out, server_in) = tokio::io::duplex(PIPE);
+    let (server_out, client_in) = tokio::io::duplex(PIPE);
+    let server = configure(Server::new(service));
+    let outbox = server.connection().outbox().clone();
+    let serving = tokio::spawn(server.serve(server_in, server_out, Framing::Ndjson));
+    ((client_out, client_in), outbox, serving)
+}
+
+/// The client's writing end, and its reading end, kept open and never read.
+type Client = (DuplexStream, DuplexStream);
+
+type Served = <CancelStack<tower_cancel::dialect::Acp> as tower::Layer<tests::Handler>>::Service;
 
 /// An `echo` request of about 32 KiB, as one NDJSON line.
 fn echo(id: u32, payload: &str) -> String {
@@ -20,14 +45,8 @@ fn echo(id: u32, payload: &str) -> String {
 #[tokio::test(start_paused = true)]
 async fn a_peer_that_never_reads_cannot_make_the_server_buffer_without_bound() {
     let probe = Probe::new();
-    let service = ServiceBuilder::new()
-        .layer(CancelStack::acp())
-        .service(probe.service());
-    let (mut client_out, server_in) = tokio::io::duplex(PIPE);
-    let (server_out, _client_in_never_read) = tokio::io::duplex(PIPE);
-    let server = Server::new(service);
-    let outbox = server.connection().outbox().clone();
-    let _serving = tokio::spawn(server.serve(server_in, server_out, Framing::Ndjson));
+    let ((mut client_out, _never_read), outbox, _serving) =
+        served_to_a_peer_that_never_reads(&probe, |server| server);
 
     // 64 MiB of requests, each answered by a 32 KiB echo, while the client reads nothing.
     let payload = "x".repeat(32 * 1024);
@@ -63,16 +82,13 @@ async fn a_peer_that_never_reads_cannot_make_the_server_buffer_without_bound() {
 #[tokio::test(start_paused = true)]
 async fn graceful_shutdown_ends_even_if_the_peer_stopped_reading() {
     let probe = Probe::new();
-    let service = ServiceBuilder::new()
-        .layer(CancelStack::acp())
-        .service(probe.service());
-    let (mut client_out, server_in) = tokio::io::duplex(PIPE);
-    let (server_out, _client_in_never_read) = tokio::io::duplex(PIPE);
-    let server = Server::new(service)
-        .drain_timeout(ms(1000))
-        .close_grace(ms(500));
-    let shutdown = server.shutdown_handle();
-    let serving = tokio::spawn(server.serve(server_in, server_out, Framing::Ndjson));
+    let mut shutdown = None;
+    let ((mut client_out, _never_read), _, serving) =
+        served_to_a_peer_that_never_reads(&probe, |server| {
+            shutdown = Some(server.shutdown_handle());
+            server.drain_timeout(ms(1000)).close_grace(ms(500))
+        });
+    let shutdown = shutdown.expect("taken");
     let payload = "x".repeat(32 * 1024);
     for id in 0..4 {
         client_out

@@ -24,7 +24,8 @@
 //!
 //! The service is always ready, and the deadline is armed when the request arrives: a request queued behind a
 //! saturated `ConcurrencyLimit` below waits for the inner service's readiness inside its own future, and times out
-//! there like any other (it is then never called).
+//! there like any other (it is then never called). Like the cancel layer's, this needs the inner service to be
+//! `Clone`: each request takes a clone of it to wait on.
 //!
 //! tower's own `tower::timeout::TimeoutLayer` also works below the stack: the cancel layer turns its `Elapsed`
 //! error into the same Timeout cancellation (for a request that can be cancelled; `initialize` timing out that
