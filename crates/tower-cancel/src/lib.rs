@@ -56,6 +56,33 @@
 //! ```
 //!
 //! The `tower-cancel-io` crate serves such a stack over stdio, pipes and sockets, with LSP and NDJSON framing.
+//!
+//! # Tracing
+//!
+//! The cancel layer gives every request with an id a span at level DEBUG, named `request`, entered around each
+//! poll of the request's future (so the handler's own events fall inside it), with the fields `id`, `method`,
+//! and, recorded when the request ends, `outcome` (`completed`, `failed`, `panicked`, `cancelled`, `duplicate`,
+//! `dropped`) and, for `cancelled`, `reason` (`peer`, `timeout`, `disconnect`, `shutdown`, `parent`, `local`).
+//! [`cancel`] says when each outcome is given. With DEBUG off, a request pays one check of the span's callsite
+//! and keeps no span.
+//!
+//! # Feature flags
+//!
+//! - `metrics` (off by default): an operator's counters and a latency histogram, recorded through the
+//!   [`metrics`](https://docs.rs/metrics/0.24) facade into the recorder the application installs. Off, nothing is
+//!   recorded and the hot path pays nothing. [`metrics`] says what each one counts:
+//!
+//!   | name | type | labels |
+//!   |---|---|---|
+//!   | `tower_cancel_requests_registered_total` | counter | `dialect` |
+//!   | `tower_cancel_requests_completed_total` | counter | `dialect` |
+//!   | `tower_cancel_requests_cancelled_total` | counter | `dialect`, `reason` |
+//!   | `tower_cancel_early_cancels_remembered_total` | counter | none |
+//!   | `tower_cancel_early_cancels_dropped_total` | counter | none |
+//!   | `tower_cancel_cancel_to_settle_seconds` | histogram | `dialect`, `reason` |
+//!
+//!   `dialect` is [`Dialect::name`] (`lsp`, `acp`, `acp-draft`, `mcp`, ...); `reason` is the cancel's source
+//!   (`peer`, `timeout`, `disconnect`, `shutdown`, `parent`, `local`).
 
 #![forbid(unsafe_code)]
 
@@ -68,6 +95,7 @@ pub mod error_map;
 mod lifecycle;
 mod loom;
 pub mod message;
+pub mod metrics;
 pub mod outbox;
 pub mod peer;
 pub mod progress;

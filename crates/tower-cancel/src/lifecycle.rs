@@ -10,6 +10,8 @@
 
 use std::{sync::atomic::Ordering, task::Waker};
 
+#[cfg(feature = "metrics")]
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
@@ -45,6 +47,10 @@ pub(crate) struct Lifecycle {
     // Set by a timeout layer, at most once. Boxed: most requests have no timeout, and the lifecycle is allocated
     // for every request.
     deadline: OnceLock<Box<Deadline>>,
+    // When the request was cancelled, for the cancel-to-settle histogram. Only with the `metrics` feature: the
+    // lifecycle is allocated for every request, and the default build must not grow for a figure nobody reads.
+    #[cfg(feature = "metrics")]
+    cancelled_at: OnceLock<Instant>,
 }
 
 impl Lifecycle {
@@ -68,6 +74,8 @@ impl Lifecycle {
             token: OnceLock::new(),
             waker: AtomicWaker::new(),
             deadline: OnceLock::new(),
+            #[cfg(feature = "metrics")]
+            cancelled_at: OnceLock::new(),
         }
     }
 
@@ -126,6 +134,10 @@ impl Lifecycle {
         if self.reason.set(reason).is_err() {
             return false;
         }
+        // Before the swap, like the reason, so that whoever sees `CANCELLED` sees the instant too. Only the
+        // reason's writer gets here, so the cell is always empty.
+        #[cfg(feature = "metrics")]
+        let _ = self.cancelled_at.set(Instant::now());
         let won = self
             .state
             .compare_exchange(RUNNING, CANCELLED, Ordering::AcqRel, Ordering::Acquire)
@@ -164,6 +176,16 @@ impl Lifecycle {
 
     pub(crate) fn is_completed(&self) -> bool {
         self.state.load(Ordering::Acquire) == COMPLETED
+    }
+
+    /// When the request moved to `CANCELLED`, once it has.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn cancelled_at(&self) -> Option<Instant> {
+        if self.is_cancelled() {
+            self.cancelled_at.get().copied()
+        } else {
+            None
+        }
     }
 
     /// The reason, once the request is cancelled.

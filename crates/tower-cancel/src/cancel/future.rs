@@ -3,7 +3,6 @@ use std::{
     future::Future,
     panic::AssertUnwindSafe,
     pin::Pin,
-    sync::Arc,
     task::{Context, Poll},
 };
 
@@ -11,10 +10,9 @@ use pin_project_lite::pin_project;
 use tokio::time::Sleep;
 use tower_service::Service;
 
-use super::{Cancelled, Mode, Panicked, Unavailable};
+use super::{settlement::Settlement, Cancelled, Mode, Panicked, Unavailable};
 use crate::{
-    context::CancelReason, dispatch::Dispatch, lifecycle::Lifecycle, message::Request,
-    scope::Registration, BoxError,
+    context::CancelReason, dispatch::Dispatch, lifecycle::Lifecycle, message::Request, BoxError,
 };
 
 pin_project! {
@@ -43,13 +41,13 @@ pin_project! {
             dispatch: Dispatch<S>,
             // Boxed: a timer is large, and only a cooperative cancel ever arms one.
             grace: Option<Pin<Box<Sleep>>>,
-            lifecycle: Arc<Lifecycle>,
+            // The lifecycle, the registry entry and the span: settled when this future completes or is dropped,
+            // on every path.
+            settlement: Settlement,
             mode: Mode,
             partial_allowed: bool,
             // `initialize`: its success marks the connection's session initialized.
             initializes: bool,
-            // Dropped (so the entry is removed) when this future completes or is dropped, on every path.
-            registration: Option<Registration>,
         },
     }
 }
@@ -69,10 +67,9 @@ impl<S: Service<Request>> ResponseFuture<S> {
         }
     }
 
-    pub(crate) fn racing(
+    pub(super) fn racing(
         dispatch: Dispatch<S>,
-        lifecycle: Arc<Lifecycle>,
-        registration: Registration,
+        settlement: Settlement,
         mode: Mode,
         partial_allowed: bool,
         initializes: bool,
@@ -81,11 +78,10 @@ impl<S: Service<Request>> ResponseFuture<S> {
             kind: Kind::Racing {
                 dispatch,
                 grace: None,
-                lifecycle,
+                settlement,
                 mode,
                 partial_allowed,
                 initializes,
-                registration: Some(registration),
             },
         }
     }
@@ -118,73 +114,97 @@ where
             }
             KindProj::Notification { dispatch } => poll_catching(dispatch, cx),
             KindProj::Racing {
-                mut dispatch,
+                dispatch,
                 grace,
-                lifecycle,
+                settlement,
                 mode,
                 partial_allowed,
                 initializes,
-                registration,
             } => {
-                // A cancel before the first poll stops the handler before it is even called.
-                if lifecycle.is_cancelled() && grace.is_none() {
-                    match *mode {
-                        Mode::Cooperative { grace: period } if !dispatch.is_waiting() => {
-                            *grace = Some(Box::pin(tokio::time::sleep(period)));
-                        }
-                        Mode::Abort | Mode::Cooperative { .. } => {
-                            // Dropping the inner future stops the handler wherever it was parked. A request still
-                            // queued behind backpressure has no handler to wind down: it never runs, in any mode.
-                            dispatch.set(Dispatch::Done);
-                            registration.take();
-                            return Poll::Ready(Err(cancelled_error(lifecycle)));
-                        }
-                    }
-                }
-                if let Some(sleep) = grace.as_mut() {
-                    if sleep.as_mut().poll(cx).is_ready() {
-                        dispatch.set(Dispatch::Done);
-                        registration.take();
-                        return Poll::Ready(Err(cancelled_error(lifecycle)));
-                    }
-                }
-                let output = match poll_catching(dispatch.as_mut(), cx) {
-                    Poll::Ready(output) => output,
-                    Poll::Pending => {
-                        // The cancel wakes this future through the lifecycle (no token needed). Registering
-                        // only now keeps a handler that answers at once from paying for it; a cancel that came
-                        // between the check above and the registration is caught by the check after it.
-                        if grace.is_none() {
-                            lifecycle.wake_on_cancel(cx.waker());
-                            if lifecycle.is_cancelled() {
-                                cx.waker().wake_by_ref();
-                            }
-                        }
-                        return Poll::Pending;
-                    }
+                let poll = {
+                    // The handler runs inside the request's span; the outcome is recorded after leaving it.
+                    let _span = settlement.enter();
+                    let lifecycle = settlement.lifecycle();
+                    poll_racing(dispatch, grace, lifecycle, *mode, *partial_allowed, cx)
                 };
-                if let Err(error) = &output {
-                    // tower's own timeout layer, placed below: its expiry is this request's Timeout cancellation,
-                    // settled through the lifecycle like every other (a no-op for a request that cannot be
-                    // cancelled, whose `Elapsed` stays an ordinary failure).
-                    if error.is::<tower::timeout::error::Elapsed>() {
-                        lifecycle.cancel(CancelReason::Timeout);
+                if let Poll::Ready(result) = &poll {
+                    if *initializes && result.is_ok() {
+                        if let Some(connection) = settlement.connection() {
+                            connection.session().mark_initialized();
+                        }
                     }
+                    settlement.finish(result);
                 }
-                // Only now drop the inner future: tower's timeout future still holds the handler, and a handler
-                // stopped by it must see reason Timeout in its context as it is dropped, as with every other source.
-                dispatch.set(Dispatch::Done);
-                let result = settle(lifecycle, output, *partial_allowed && grace.is_some());
-                if *initializes && result.is_ok() {
-                    if let Some(registration) = registration {
-                        registration.connection().session().mark_initialized();
-                    }
-                }
-                registration.take();
-                Poll::Ready(result)
+                poll
             }
         }
     }
+}
+
+/// Race the handler against the request's cancel; its result, once there is one, is the request's outcome.
+fn poll_racing<S>(
+    mut dispatch: Pin<&mut Dispatch<S>>,
+    grace: &mut Option<Pin<Box<Sleep>>>,
+    lifecycle: &Lifecycle,
+    mode: Mode,
+    partial_allowed: bool,
+    cx: &mut Context<'_>,
+) -> Poll<Result<S::Response, BoxError>>
+where
+    S: Service<Request>,
+    S::Error: Into<BoxError>,
+{
+    // A cancel before the first poll stops the handler before it is even called.
+    if lifecycle.is_cancelled() && grace.is_none() {
+        match mode {
+            Mode::Cooperative { grace: period } if !dispatch.is_waiting() => {
+                *grace = Some(Box::pin(tokio::time::sleep(period)));
+            }
+            Mode::Abort | Mode::Cooperative { .. } => {
+                // Dropping the inner future stops the handler wherever it was parked. A request still
+                // queued behind backpressure has no handler to wind down: it never runs, in any mode.
+                dispatch.set(Dispatch::Done);
+                return Poll::Ready(Err(cancelled_error(lifecycle)));
+            }
+        }
+    }
+    if let Some(sleep) = grace.as_mut() {
+        if sleep.as_mut().poll(cx).is_ready() {
+            dispatch.set(Dispatch::Done);
+            return Poll::Ready(Err(cancelled_error(lifecycle)));
+        }
+    }
+    let output = match poll_catching(dispatch.as_mut(), cx) {
+        Poll::Ready(output) => output,
+        Poll::Pending => {
+            // The cancel wakes this future through the lifecycle (no token needed). Registering
+            // only now keeps a handler that answers at once from paying for it; a cancel that came
+            // between the check above and the registration is caught by the check after it.
+            if grace.is_none() {
+                lifecycle.wake_on_cancel(cx.waker());
+                if lifecycle.is_cancelled() {
+                    cx.waker().wake_by_ref();
+                }
+            }
+            return Poll::Pending;
+        }
+    };
+    if let Err(error) = &output {
+        // tower's own timeout layer, placed below: its expiry is this request's Timeout cancellation,
+        // settled through the lifecycle like every other (a no-op for a request that cannot be
+        // cancelled, whose `Elapsed` stays an ordinary failure).
+        if error.is::<tower::timeout::error::Elapsed>() {
+            lifecycle.cancel(CancelReason::Timeout);
+        }
+    }
+    // Only now drop the inner future: tower's timeout future still holds the handler, and a handler
+    // stopped by it must see reason Timeout in its context as it is dropped, as with every other source.
+    dispatch.set(Dispatch::Done);
+    Poll::Ready(settle(
+        lifecycle,
+        output,
+        partial_allowed && grace.is_some(),
+    ))
 }
 
 /// Poll the inner service, catching a panic in its `call` or its future: the one place a panic becomes an

@@ -27,6 +27,23 @@
 //! | the inner service failed readiness | [`Unavailable`] for that request (the service is not called) |
 //! | cooperative mode: the handler answered within its grace | its partial result or its own error, where the dialect allows partial results; else the cancel |
 //!
+//! # Tracing
+//!
+//! Each request with an id gets a DEBUG span `request` with fields `id` and `method`, entered around every poll
+//! of its future (the handler's events are inside it). When the request ends, `outcome` is recorded:
+//!
+//! | `outcome` | when |
+//! |---|---|
+//! | `completed` | the handler's answer is the reply |
+//! | `failed` | the handler's own error, a readiness failure ([`Unavailable`]), or tower's `Elapsed` for a request that cannot be cancelled |
+//! | `panicked` | the handler panicked before any cancel |
+//! | `cancelled` | a cancel won; `reason` says its source: `peer`, `timeout`, `disconnect`, `shutdown`, `parent`, `local` (the response future dropped) |
+//! | `duplicate` | refused: its id was already in flight on the connection |
+//! | `dropped` | a request that can never be cancelled (`initialize`) whose future was dropped before it answered |
+//!
+//! The span is kept with the request only when a subscriber enables it; otherwise the request keeps an empty
+//! pointer-sized slot.
+//!
 //! # Backpressure
 //!
 //! The service is always ready. A request waits for the inner service's readiness inside its own future, raced
@@ -60,6 +77,7 @@
 mod error;
 mod future;
 mod layer;
+mod settlement;
 
 use std::{
     fmt,
@@ -69,6 +87,7 @@ use std::{
 
 use tower_service::Service;
 
+use self::settlement::Settlement;
 pub use self::{
     error::{Cancelled, Panicked, Unavailable},
     future::ResponseFuture,
@@ -80,6 +99,7 @@ use crate::{
     dispatch::Dispatch,
     lifecycle::Lifecycle,
     message::Request,
+    metrics::DialectLabel,
     progress::ProgressFormat,
     registry::{CancelOutcome, Registry},
     scope::Connection,
@@ -197,6 +217,7 @@ where
         };
 
         self.dialect.observe_request(&req, session);
+        let span = settlement::request_span(&id, req.method());
         let lifecycle = Arc::new(if self.dialect.is_cancellable(req.method(), session) {
             Lifecycle::new(id, connection.key())
         } else {
@@ -206,17 +227,25 @@ where
         });
         let registration = match connection.register(lifecycle.clone()) {
             Ok(registration) => registration,
-            Err(duplicate) => return ResponseFuture::ready(Err(Box::new(duplicate))),
+            Err(duplicate) => {
+                settlement::record_outcome(&span, "duplicate", None);
+                return ResponseFuture::ready(Err(Box::new(duplicate)));
+            }
         };
         let initializes = req.method() == "initialize";
         req.set_context(RequestContext::new(
             lifecycle.clone(),
             Some(self.progress.clone()),
         ));
-        ResponseFuture::racing(
-            Dispatch::new(inner, req),
+        let settlement = Settlement::new(
             lifecycle,
             registration,
+            span,
+            DialectLabel::new(self.dialect.name()),
+        );
+        ResponseFuture::racing(
+            Dispatch::new(inner, req),
+            settlement,
             self.mode,
             self.dialect.allows_partial_result(),
             initializes,

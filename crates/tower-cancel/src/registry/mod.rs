@@ -41,6 +41,7 @@ use crate::{
     lifecycle::Lifecycle,
     loom::{Mutex, MutexGuard},
     message::Id,
+    metrics,
 };
 use early::{EarlyCancels, Remembered};
 pub use error::DuplicateId;
@@ -214,9 +215,12 @@ impl Registry {
                 counters
                     .early_dropped
                     .fetch_add(*dropped, Ordering::Relaxed);
+                metrics::early_cancel_remembered();
+                metrics::early_cancels_dropped(*dropped);
             }
             Remembered::TooLarge => {
                 counters.early_dropped.fetch_add(1, Ordering::Relaxed);
+                metrics::early_cancels_dropped(1);
             }
             Remembered::Again => {}
         }

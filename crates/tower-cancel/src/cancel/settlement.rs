@@ -1,0 +1,130 @@
+//! The end of a request: its registry entry let go of, then how it ended reported (its span's `outcome`, the
+//! metrics), exactly once, whether its response future resolved or was dropped.
+
+use std::{fmt, sync::Arc};
+
+use tracing::{span::Entered, Span};
+
+use super::Panicked;
+use crate::{
+    lifecycle::Lifecycle,
+    metrics::{self, DialectLabel},
+    scope::{Connection, Registration},
+    BoxError,
+};
+
+/// The span every request with an id gets (see the crate docs' "Tracing"). Its `outcome` and `reason` are
+/// recorded when it ends.
+pub(super) fn request_span(id: &crate::message::Id, method: &str) -> Span {
+    tracing::debug_span!(
+        "request",
+        id = %id,
+        method,
+        outcome = tracing::field::Empty,
+        reason = tracing::field::Empty,
+    )
+}
+
+/// Record a request's outcome on its span.
+pub(super) fn record_outcome(span: &Span, outcome: &str, reason: Option<&str>) {
+    span.record("outcome", outcome);
+    if let Some(reason) = reason {
+        span.record("reason", reason);
+    }
+}
+
+/// A registered request until it settles. Dropping it unsettled (its response future dropped) settles it too.
+pub(super) struct Settlement {
+    lifecycle: Arc<Lifecycle>,
+    // `None` once settled: dropping it removes the entry (and cancels a request nobody will read).
+    registration: Option<Registration>,
+    // Kept only when a subscriber enabled it: a disabled span is five words the request would carry for nothing,
+    // the box one.
+    span: Option<Box<Span>>,
+    // Zero-sized without the `metrics` feature.
+    dialect: DialectLabel,
+}
+
+impl Settlement {
+    pub(super) fn new(
+        lifecycle: Arc<Lifecycle>,
+        registration: Registration,
+        span: Span,
+        dialect: DialectLabel,
+    ) -> Self {
+        if lifecycle.is_cancellable() {
+            metrics::registered(dialect);
+        }
+        Self {
+            lifecycle,
+            registration: Some(registration),
+            span: (!span.is_disabled()).then(|| Box::new(span)),
+            dialect,
+        }
+    }
+
+    pub(super) fn lifecycle(&self) -> &Lifecycle {
+        &self.lifecycle
+    }
+
+    /// The connection the request came through, until it settles.
+    pub(super) fn connection(&self) -> Option<&Connection> {
+        self.registration.as_ref().map(Registration::connection)
+    }
+
+    /// Enter the request's span for one poll.
+    pub(super) fn enter(&self) -> Option<Entered<'_>> {
+        self.span.as_deref().map(Span::enter)
+    }
+
+    /// The request settled with `output` (the reply its future resolves to).
+    pub(super) fn finish<T>(&mut self, output: &Result<T, BoxError>) {
+        self.end(Some(output.as_ref().map(|_| ())));
+    }
+
+    fn end(&mut self, output: Option<Result<(), &BoxError>>) {
+        if self.registration.take().is_none() {
+            return;
+        }
+        if let Some(span) = &self.span {
+            let (outcome, reason) = outcome(&self.lifecycle, output);
+            record_outcome(span, outcome, reason);
+        }
+        metrics::settled(self.dialect, &self.lifecycle);
+    }
+}
+
+impl Drop for Settlement {
+    fn drop(&mut self) {
+        // Unsettled: the response future was dropped, and the registration's drop cancels the request.
+        self.end(None);
+    }
+}
+
+impl fmt::Debug for Settlement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Settlement")
+            .field("id", self.lifecycle.id())
+            .field("settled", &self.registration.is_none())
+            .finish()
+    }
+}
+
+/// The span's `outcome` (and `reason`) of a request once its registration is let go of: the lifecycle's word
+/// first (a cancel that won is the outcome, whatever a cooperative handler answered), else the reply's. `None`
+/// for a future dropped before its request settled.
+fn outcome(
+    lifecycle: &Lifecycle,
+    output: Option<Result<(), &BoxError>>,
+) -> (&'static str, Option<&'static str>) {
+    if let Some(reason) = lifecycle.reason() {
+        return ("cancelled", Some(metrics::reason_label(reason)));
+    }
+    match output {
+        Some(Ok(())) => ("completed", None),
+        Some(Err(error)) if error.is::<Panicked>() => ("panicked", None),
+        Some(Err(_)) => ("failed", None),
+        // Only a request that can never be cancelled gets here: a cancellable one was cancelled by the drop.
+        None => ("dropped", None),
+    }
+}
