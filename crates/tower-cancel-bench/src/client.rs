@@ -148,6 +148,16 @@ impl Client {
         self.queue(&message);
     }
 
+    /// Queue a request `id` whose handler computes for `us` microseconds without awaiting, then answers
+    /// (`bench/spin`: LSP, tower-cancel's own targets only).
+    pub fn queue_spin(&mut self, id: u64, us: u64) {
+        assert_eq!(self.protocol, Protocol::Lsp, "bench/spin is an LSP request");
+        let message = json!({
+            "jsonrpc": "2.0", "id": id, "method": "bench/spin", "params": { "us": us },
+        });
+        self.queue(&message);
+    }
+
     /// Queue the dialect's cancel of request `id`.
     pub fn queue_cancel(&mut self, id: u64) {
         let message = match self.protocol {

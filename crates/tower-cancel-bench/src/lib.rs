@@ -5,6 +5,7 @@
 //! The criterion benches (`cargo bench -p tower-cancel-bench`) give the in-process overhead in detail.
 
 pub mod client;
+pub mod cpu;
 pub mod memory;
 pub mod ours;
 pub mod overhead;

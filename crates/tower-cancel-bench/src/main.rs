@@ -4,15 +4,17 @@
 //! cargo run --release -p tower-cancel-bench              # everything (under 10 minutes on 2 cores)
 //! cargo run --release -p tower-cancel-bench -- --quick   # each workload small: proves the harness works
 //! cargo run --release -p tower-cancel-bench -- --out DIR # where results.md and cancel-latency.svg go
-//! cargo run --release -p tower-cancel-bench -- --only 3  # one figure (1 to 5) alone
+//! cargo run --release -p tower-cancel-bench -- --only 3  # one figure (1 to 6) alone
 //! ```
 
 use std::{fs, future::Future, path::PathBuf, time::Instant};
 
 use tower_cancel_bench::{
     client::Transport,
-    memory,
-    ours::{LSP_BARE, LSP_STACK, MCP_STACK},
+    cpu, memory,
+    ours::{
+        LSP_BARE, LSP_STACK, LSP_STACK_SPAWNED, LSP_STACK_SPAWNED_LIMITED, MCP_STACK, SPAWNED_LIMIT,
+    },
     overhead, peers,
     plot::{self, Series},
     report::{median, micros, percentile, Table},
@@ -36,6 +38,8 @@ struct Sizes {
     scale_held: &'static [usize],
     scale_samples: usize,
     mixed_requests: u64,
+    cpu_requests: u64,
+    cpu_samples: usize,
 }
 
 const FULL: Sizes = Sizes {
@@ -49,6 +53,8 @@ const FULL: Sizes = Sizes {
     scale_held: &[1_000, 1_000_000],
     scale_samples: 1_000,
     mixed_requests: 100_000,
+    cpu_requests: 20_000,
+    cpu_samples: 500,
 };
 
 const QUICK: Sizes = Sizes {
@@ -62,6 +68,8 @@ const QUICK: Sizes = Sizes {
     scale_held: &[100, 10_000],
     scale_samples: 50,
     mixed_requests: 2_000,
+    cpu_requests: 500,
+    cpu_samples: 10,
 };
 
 const LSP_TARGETS: [Target; 3] = [LSP_STACK, peers::TOWER_LSP, peers::ASYNC_LSP];
@@ -83,7 +91,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             })
         });
     let sizes = if quick { &QUICK } else { &FULL };
-    // `--only N`: run figure N alone (1 to 5), to profile it or to refresh one table.
+    // `--only N`: run figure N alone (1 to 6), to profile it or to refresh one table.
     let only = args
         .iter()
         .position(|a| a == "--only")
@@ -135,6 +143,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         section(
             "5. Peers: throughput with 10% of requests cancelled",
             mixed_table(sizes)?,
+        );
+    }
+    if wanted("6") {
+        section(
+            "6. CPU-bound handlers: requests inline or spawned",
+            cpu_tables(sizes)?,
         );
     }
 
@@ -407,4 +421,121 @@ fn mixed_table(sizes: &Sizes) -> Result<String, Box<dyn std::error::Error>> {
         sizes.mixed_requests,
         table.finish()
     ))
+}
+
+fn cpu_tables(sizes: &Sizes) -> Result<String, Box<dyn std::error::Error>> {
+    let limited = format!("spawned, limit {SPAWNED_LIMIT}");
+    let modes = [
+        ("inline", LSP_STACK),
+        ("spawned", LSP_STACK_SPAWNED),
+        (limited.as_str(), LSP_STACK_SPAWNED_LIMITED),
+    ];
+    let mut throughput = Table::new(&[
+        "handler",
+        "in flight",
+        "inline (req/s)",
+        "spawned (req/s)",
+        "spawned / inline",
+        &format!("{limited} (req/s)"),
+        &format!("{limited} / inline"),
+    ]);
+    for spin_us in [0, cpu::SPIN_US] {
+        for window in [1, 64] {
+            let requests = match (spin_us, window) {
+                (0, 1) => sizes.e2e_requests / 4,
+                (0, _) => sizes.e2e_requests,
+                _ => sizes.cpu_requests,
+            };
+            // Rounds interleave the modes, so that drift in the machine's speed touches all alike.
+            let mut runs = vec![Vec::new(); modes.len()];
+            for _ in 0..sizes.e2e_rounds {
+                for ((_, target), runs) in modes.iter().zip(&mut runs) {
+                    let target = *target;
+                    runs.push(run(async move {
+                        cpu::throughput(&target, window, requests, spin_us).await
+                    })?);
+                }
+            }
+            let [inline, spawned, limited] = [0, 1, 2].map(|mode| median(&runs[mode]));
+            throughput.row(&[
+                handler_name(spin_us),
+                window.to_string(),
+                format!("{inline:.0}"),
+                format!("{spawned:.0}"),
+                format!("{:.2}", spawned / inline),
+                format!("{limited:.0}"),
+                format!("{:.2}", limited / inline),
+            ]);
+        }
+    }
+    let mut latency = Table::new(&[
+        "requests",
+        "computing meanwhile",
+        "p50 (µs)",
+        "p99 (µs)",
+        "max (µs)",
+        "missed",
+    ]);
+    for busy in [0, 64] {
+        for (mode, target) in modes.iter() {
+            let (target, samples) = (*target, sizes.cpu_samples);
+            let result =
+                run(
+                    async move { cpu::cancel_latency(&target, busy, samples, cpu::SPIN_US).await },
+                )?;
+            latency.row(&[
+                (*mode).to_owned(),
+                if busy == 0 {
+                    "none".to_owned()
+                } else {
+                    format!("{busy} × {} µs, replaced as answered", cpu::SPIN_US)
+                },
+                micros(percentile(&result.samples, 50.0)),
+                micros(percentile(&result.samples, 99.0)),
+                micros(percentile(&result.samples, 100.0)),
+                result.missed.to_string(),
+            ]);
+        }
+    }
+    let held = sizes.in_flight[sizes.in_flight.len() - 1];
+    let mut memory = Table::new(&["requests", "heap bytes per request held"]);
+    for (mode, target) in &modes[..2] {
+        let target = *target;
+        let result =
+            run(
+                async move { workload::cancel_latency(&target, Transport::Duplex, held, 1).await },
+            )?;
+        memory.row(&[
+            (*mode).to_owned(),
+            format!("{:.0}", result.bytes_per_request),
+        ]);
+    }
+    Ok(format!(
+        "`CancelStack::lsp()`, LSP framing, in-memory duplex, one connection; client and server share the runtime's 2 \
+         workers. A computing handler spins on `Instant::now()` for {} µs in one poll (`bench/spin`). Inline: the \
+         driver's default; spawned: `Server::spawn_requests(true)`; limit {SPAWNED_LIMIT}: spawned, over \
+         `ConcurrencyLimit::new({SPAWNED_LIMIT})` below the stack. Throughput: median of {} runs of {} computing \
+         requests ({} trivial ones, a quarter of that with 1 in flight), the modes alternating.\n\n{}\nCancel \
+         latency: {} cancels per row, one at a time, of a request held by its handler, from the `$/cancelRequest` \
+         frame written to the cancelled reply read, while the same connection keeps the computing requests in \
+         flight.\n\n{}\nMemory: {} requests held (as in figure 3), heap bytes per request held, the client's share \
+         included.\n\n{}",
+        cpu::SPIN_US,
+        sizes.e2e_rounds,
+        sizes.cpu_requests,
+        sizes.e2e_requests,
+        throughput.finish(),
+        sizes.cpu_samples,
+        latency.finish(),
+        held,
+        memory.finish()
+    ))
+}
+
+fn handler_name(spin_us: u64) -> String {
+    if spin_us == 0 {
+        "trivial".to_owned()
+    } else {
+        format!("computes {spin_us} µs")
+    }
 }

@@ -1,13 +1,15 @@
-//! tower-cancel's own targets: the bare driver (no cancel layers) and the full stack, for LSP and MCP.
+//! tower-cancel's own targets: the bare driver (no cancel layers) and the full stack, for LSP and MCP; and the LSP
+//! stack with each request on a task of its own ([`Server::spawn_requests`]), alone or over a concurrency limit.
 
 use std::future::Future;
 
 use serde_json::{json, Value};
-use tower::{service_fn, Layer, Service};
+use tower::{service_fn, Layer, Service, ServiceBuilder};
 use tower_cancel::{BoxError, CancelStack, Request, Response};
 use tower_cancel_io::{Framing, Server};
 
 use crate::{
+    cpu::burn,
     probe::{work, WorkParams},
     target::{BoxRead, BoxWrite, Protocol, ServeFuture, Target},
 };
@@ -25,6 +27,24 @@ pub const LSP_STACK: Target = Target {
     protocol: Protocol::Lsp,
     serve: serve_lsp_stack,
 };
+
+/// The LSP driver with `CancelStack::lsp()`, each request on a task of its own.
+pub const LSP_STACK_SPAWNED: Target = Target {
+    name: "tower-cancel (LSP), requests spawned",
+    protocol: Protocol::Lsp,
+    serve: serve_lsp_stack_spawned,
+};
+
+/// As [`LSP_STACK_SPAWNED`], with at most [`SPAWNED_LIMIT`] handlers running (`ConcurrencyLimit` below the
+/// stack): the requests waiting for a slot are not runnable, so a cancelled one is not queued behind them.
+pub const LSP_STACK_SPAWNED_LIMITED: Target = Target {
+    name: "tower-cancel (LSP), requests spawned, concurrency limit 2",
+    protocol: Protocol::Lsp,
+    serve: serve_lsp_stack_spawned_limited,
+};
+
+/// The concurrency limit of [`LSP_STACK_SPAWNED_LIMITED`]: the runtime's workers.
+pub const SPAWNED_LIMIT: usize = 2;
 
 /// The MCP driver with a service that answers without any cancel layer: the baseline.
 pub const MCP_BARE: Target = Target {
@@ -44,6 +64,8 @@ pub const MCP_STACK: Target = Target {
 enum Job {
     Answer(Value),
     Work(WorkParams, fn() -> Value),
+    /// Compute for this many microseconds without awaiting, then answer.
+    Spin(u64),
 }
 
 /// The workload's handler, as a user of tower-cancel writes it: a plain service, no cancellation code. It reads
@@ -60,6 +82,11 @@ pub fn handle(req: Request) -> impl Future<Output = Result<Value, BoxError>> + S
                 // Made after the wait: a result held while waiting would cost heap for nothing.
                 Ok(result())
             }
+            // In the future, not in `job`: the service's `call` runs on the connection's task in either mode.
+            Job::Spin(us) => {
+                burn(std::time::Duration::from_micros(us));
+                Ok(json!("done"))
+            }
         }
     }
 }
@@ -68,6 +95,10 @@ fn job(req: &Request) -> Result<Job, BoxError> {
     #[derive(serde::Deserialize)]
     struct Call {
         arguments: WorkParams,
+    }
+    #[derive(serde::Deserialize)]
+    struct Spin {
+        us: u64,
     }
     Ok(match req.method() {
         "initialize"
@@ -83,6 +114,7 @@ fn job(req: &Request) -> Result<Job, BoxError> {
         }
         "initialize" => Job::Answer(json!({ "capabilities": {} })),
         "bench/work" => Job::Work(req.params_as()?, || json!("done")),
+        "bench/spin" => Job::Spin(req.params_as::<Spin>()?.us),
         "tools/call" => Job::Work(
             req.params_as::<Call>()?.arguments,
             || json!({ "content": [{ "type": "text", "text": "done" }] }),
@@ -105,30 +137,57 @@ fn serve_lsp_bare(reader: BoxRead, writer: BoxWrite) -> ServeFuture {
         reader,
         writer,
         Framing::ContentLength,
+        false,
     )
 }
 
 fn serve_lsp_stack(reader: BoxRead, writer: BoxWrite) -> ServeFuture {
     let service = CancelStack::lsp().layer(service_fn(handle));
-    serve(service, reader, writer, Framing::ContentLength)
+    serve(service, reader, writer, Framing::ContentLength, false)
+}
+
+fn serve_lsp_stack_spawned(reader: BoxRead, writer: BoxWrite) -> ServeFuture {
+    let service = CancelStack::lsp().layer(service_fn(handle));
+    serve(service, reader, writer, Framing::ContentLength, true)
+}
+
+fn serve_lsp_stack_spawned_limited(reader: BoxRead, writer: BoxWrite) -> ServeFuture {
+    let service = ServiceBuilder::new()
+        .layer(CancelStack::lsp())
+        .concurrency_limit(SPAWNED_LIMIT)
+        .service(service_fn(handle));
+    serve(service, reader, writer, Framing::ContentLength, true)
 }
 
 fn serve_mcp_bare(reader: BoxRead, writer: BoxWrite) -> ServeFuture {
-    serve(service_fn(handle_bare), reader, writer, Framing::Ndjson)
+    serve(
+        service_fn(handle_bare),
+        reader,
+        writer,
+        Framing::Ndjson,
+        false,
+    )
 }
 
 fn serve_mcp_stack(reader: BoxRead, writer: BoxWrite) -> ServeFuture {
     let service = CancelStack::mcp().layer(service_fn(handle));
-    serve(service, reader, writer, Framing::Ndjson)
+    serve(service, reader, writer, Framing::Ndjson, false)
 }
 
-fn serve<S>(service: S, reader: BoxRead, writer: BoxWrite, framing: Framing) -> ServeFuture
+fn serve<S>(
+    service: S,
+    reader: BoxRead,
+    writer: BoxWrite,
+    framing: Framing,
+    spawn: bool,
+) -> ServeFuture
 where
     S: Service<Request, Response = Option<Response>> + Send + 'static,
     S::Error: Into<BoxError>,
     S::Future: Send + 'static,
 {
     Box::pin(async move {
-        let _ = Server::new(service).serve(reader, writer, framing).await;
+        let server = Server::new(service).spawn_requests(spawn);
+        let _ = server.serve(reader, writer, framing).await;
     })
 }

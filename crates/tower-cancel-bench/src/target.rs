@@ -7,6 +7,8 @@
 //! - `bench/work` with params `{"ms": u64, "tag": u64}`: holds a [`Work`](crate::probe::Work) guard for `tag`, sleeps
 //!   `ms` milliseconds (none for 0), then answers `"done"`.
 //! - `$/cancelRequest` `{"id": n}` cancels request `n` the way the target does it (each peer's own mechanism).
+//! - `bench/spin` with params `{"us": u64}` (tower-cancel's own targets only, for figure 6): computes for `us`
+//!   microseconds without awaiting, then answers `"done"`.
 //!
 //! MCP targets (newline-delimited JSON):
 //! - `initialize` (id 0) then `notifications/initialized`.

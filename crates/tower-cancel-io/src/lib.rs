@@ -31,9 +31,11 @@ mod content_length;
 #[cfg(test)]
 mod decode_test;
 mod frame;
+mod in_flight;
 mod ndjson;
 mod read;
 mod server;
+mod spawned;
 mod write;
 
 pub use content_length::ContentLengthCodec;

@@ -3,30 +3,26 @@
 //! Everything a connection means beyond bytes (its scope, the peer's replies and progress, what closing cancels)
 //! is the core's [`Connection`]; this loop only frames, calls and settles.
 
-use std::{
-    future::{poll_fn, Future},
-    io,
-    panic::AssertUnwindSafe,
-    pin::pin,
-    time::Duration,
-};
+use std::{future::poll_fn, io, panic::AssertUnwindSafe, pin::pin, time::Duration};
 
 use bytes::BytesMut;
-use futures_util::{stream::FuturesUnordered, FutureExt, StreamExt};
+use futures_util::{future::Either, StreamExt};
 use tokio::io::AsyncRead;
 use tokio_util::{
     codec::{Decoder, FramedRead},
     sync::CancellationToken,
 };
 use tower_cancel::{
-    error_map::error_object, scope::Incoming, BoxError, CancelReason, Connection, ErrorObject, Id,
-    Message, Panicked, Request, Response, Unavailable,
+    error_map::error_object, scope::Incoming, BoxError, CancelReason, Connection, ErrorObject,
+    Message, Request, Response, Unavailable,
 };
 use tower_service::Service;
 
 use crate::{
     frame::FrameError,
+    in_flight::{panicked, settle, InFlight, Settled},
     server::{ResponseHandler, Server},
+    spawned::{Spawn, Spawned},
 };
 
 /// Why the read loop stopped.
@@ -46,6 +42,8 @@ pub(crate) struct ReadLoop<S> {
     shutdown: CancellationToken,
     on_response: ResponseHandler,
     writer_gone: CancellationToken,
+    // Set when each request runs on a task of its own; else the loop polls them itself.
+    spawn: Option<Spawn<S>>,
 }
 
 /// Closes the connection when the read loop ends in any way: returning, panicking, or its `serve` future dropped
@@ -73,6 +71,7 @@ where
             shutdown: server.shutdown.token().clone(),
             on_response: server.on_response,
             writer_gone,
+            spawn: server.spawn,
         }
     }
 
@@ -82,7 +81,7 @@ where
         C: Decoder<Item = Result<BytesMut, FrameError>, Error = io::Error>,
     {
         let outbox = self.connection.outbox().clone();
-        let mut in_flight = FuturesUnordered::new();
+        let mut in_flight = InFlight::new();
         // Declared after `in_flight`, so dropped before it: the requests are cancelled (Disconnect) first, and their
         // handlers see that reason as they are dropped.
         let _close = CloseOnDrop(self.connection.clone());
@@ -183,9 +182,16 @@ where
                 self.answer((id, Err(Box::new(failure))));
                 continue;
             }
-            let call = AssertUnwindSafe(|| self.service.call(request));
+            // A panic in `call` itself is caught here in either mode; one in the future, by `settle` or the task.
+            let spawn = self.spawn;
+            let service = &mut self.service;
+            let call = AssertUnwindSafe(|| match spawn {
+                Some(spawn) => Either::Right(spawn(service, request)),
+                None => Either::Left(service.call(request)),
+            });
             match std::panic::catch_unwind(call) {
-                Ok(future) => in_flight.push(settle(id, future)),
+                Ok(Either::Left(future)) => in_flight.push_inline(settle(id, future)),
+                Ok(Either::Right(task)) => in_flight.push_spawned(Spawned::new(id, task)),
                 Err(payload) => self.answer((id, Err(panicked(payload)))),
             }
         }
@@ -228,7 +234,7 @@ where
                 }
             }
         }
-        drop(in_flight);
+        in_flight.drop_all().await;
         result
     }
 
@@ -251,28 +257,4 @@ where
         // An error means the writer is gone; the read loop notices and winds down.
         let _ = self.connection.outbox().send_response(reply);
     }
-}
-
-type Settled = (Option<Id>, Result<Option<Response>, BoxError>);
-
-fn settle<F, E>(id: Option<Id>, future: F) -> impl Future<Output = Settled>
-where
-    F: Future<Output = Result<Option<Response>, E>>,
-    E: Into<BoxError>,
-{
-    // A safety net for services without a cancel layer (which catches its handlers' panics itself): a panic is
-    // answered as the stack answers one, and the connection goes on.
-    AssertUnwindSafe(future).catch_unwind().map(move |outcome| {
-        let outcome = match outcome {
-            Ok(result) => result.map_err(Into::into),
-            Err(payload) => Err(panicked(payload)),
-        };
-        (id, outcome)
-    })
-}
-
-fn panicked(payload: Box<dyn std::any::Any + Send>) -> BoxError {
-    let panicked = Panicked::from_payload(&*payload);
-    tracing::error!("{panicked}");
-    Box::new(panicked)
 }
