@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tests::{Conn, Counts, End, Ended, Probe, Spoken};
+use tests::{ms, Conn, Counts, End, Ended, Probe, Spoken};
 use tower::{service_fn, ServiceBuilder};
 use tower_cancel::{BoxError, CancelReason, CancelStack, Request};
 use tower_cancel_io::{Framing, Server};
@@ -197,4 +197,64 @@ async fn a_panicking_response_handler_does_not_end_the_connection() {
     conn.expect(r#"{"jsonrpc":"2.0","id":4,"result":null}"#)
         .await;
     conn.finish_counting(Counts::new(1, 1, 0)).await;
+}
+
+/// Panics in its drop: a handler whose destructor fails.
+struct PanicsOnDrop;
+
+impl Drop for PanicsOnDrop {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            panic!("a handler's destructor failed");
+        }
+    }
+}
+
+/// A handler that never answers and panics when it is dropped.
+async fn hangs_and_panics_on_drop(_req: Request) -> Result<Value, BoxError> {
+    let _guard = PanicsOnDrop;
+    std::future::pending().await
+}
+
+/// The cancel won before the handler was dropped: its destructor's panic changes nothing (MCP: no reply; LSP:
+/// -32800), and the connection goes on.
+#[tokio::test(start_paused = true)]
+async fn a_handler_whose_drop_panics_after_a_cancel_is_answered_as_cancelled() {
+    async fn after_the_cancel<D: Spoken>(stack: CancelStack<D>) -> Vec<String> {
+        let service = ServiceBuilder::new()
+            .layer(stack)
+            .service(service_fn(hangs_and_panics_on_drop));
+        let mut conn = Conn::start(Server::new(service), D::FRAMING);
+        conn.send(r#"{"jsonrpc":"2.0","id":7,"method":"work"}"#)
+            .await;
+        tokio::time::sleep(ms(10)).await;
+        conn.send(&D::cancel_frame(7)).await;
+        tokio::time::sleep(ms(10)).await;
+        conn.finish().await
+    }
+    assert_eq!(
+        after_the_cancel(CancelStack::mcp()).await,
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        after_the_cancel(CancelStack::lsp()).await,
+        [r#"{"jsonrpc":"2.0","id":7,"error":{"code":-32800,"message":"Request cancelled"}}"#]
+    );
+}
+
+/// `initialize` cannot be cancelled, so it is dropped after the close grace; its destructor's panic does not make
+/// `serve` panic (the harness's `finish` checks that `serve` returned `Ok`).
+#[tokio::test(start_paused = true)]
+async fn an_initialize_whose_drop_panics_after_the_close_grace_leaves_serve_ok() {
+    let service = ServiceBuilder::new()
+        .layer(CancelStack::lsp())
+        .service(service_fn(hangs_and_panics_on_drop));
+    let mut conn = Conn::start(
+        Server::new(service).close_grace(ms(100)),
+        Framing::ContentLength,
+    );
+    conn.send(r#"{"jsonrpc":"2.0","id":0,"method":"initialize"}"#)
+        .await;
+    tokio::time::sleep(ms(10)).await;
+    conn.finish_quiet().await;
 }

@@ -333,3 +333,39 @@ async fn what_cannot_be_cancelled_gets_the_drain_and_the_close_grace_then_is_dro
     assert_eq!(probe.ended(), [Ended::stopped(0, "initialize", None)]);
     assert_eq!(Counts::of(&registry), Counts::default(), "never registered");
 }
+
+/// A service that is not ready (a concurrency limit placed above the stack) holds the read loop while it waits:
+/// a shutdown still begins the drain there, the request that waited is refused when the service takes it, and the
+/// connection closes at the end of the drain.
+#[tokio::test(start_paused = true)]
+async fn a_shutdown_is_seen_while_the_read_loop_waits_for_readiness() {
+    let probe = Probe::new();
+    let service = tower::ServiceBuilder::new()
+        .concurrency_limit(1)
+        .layer(CancelStack::lsp())
+        .service(probe.service());
+    let server = tower_cancel_io::Server::new(service)
+        .drain_timeout(ms(1000))
+        .close_grace(ms(100));
+    let shutdown = server.shutdown_handle();
+    let mut conn = Conn::start(server, Framing::ContentLength);
+    conn.send(r#"{"jsonrpc":"2.0","id":1,"method":"hang"}"#)
+        .await;
+    probe.wait_started(1).await;
+    conn.send(r#"{"jsonrpc":"2.0","id":2,"method":"echo"}"#)
+        .await;
+    tokio::time::sleep(ms(10)).await;
+    let began = Instant::now();
+    shutdown.shutdown();
+    let rest = conn.closed_by_server().await;
+    assert_about(began.elapsed(), ms(1000));
+    // Request 1 is cancelled at the end of the drain; request 2 never got past the limit.
+    assert_eq!(
+        set_of(rest),
+        set_of([
+            r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32800,"message":"Request cancelled"}}"#,
+            r#"{"jsonrpc":"2.0","id":2,"error":{"code":-32603,"message":"Internal error: service unavailable"}}"#,
+        ])
+    );
+    assert_eq!(probe.started(), 1, "request 2 never ran");
+}

@@ -1,6 +1,6 @@
 //! A peer that stops reading its replies: the server's queue of replies is bounded in bytes, the server stops
-//! reading that connection until the peer catches up, and a graceful shutdown still ends, its last writes cut at
-//! the close grace.
+//! reading that connection until the peer catches up (or closes it when nothing is written for the stall timeout),
+//! and a graceful shutdown still ends, its last writes cut at the close grace.
 
 use std::time::Duration;
 
@@ -11,7 +11,7 @@ use tokio::{
 };
 use tower::ServiceBuilder;
 use tower_cancel::{outbox::DEFAULT_MAX_QUEUED_BYTES, CancelStack, Outbox};
-use tower_cancel_io::{Framing, Server};
+use tower_cancel_io::{Framing, Server, DEFAULT_STALL_TIMEOUT};
 
 const PIPE: usize = 64 * 1024;
 
@@ -45,7 +45,7 @@ fn echo(id: u32, payload: &str) -> String {
 #[tokio::test(start_paused = true)]
 async fn a_peer_that_never_reads_cannot_make_the_server_buffer_without_bound() {
     let probe = Probe::new();
-    let ((mut client_out, _never_read), outbox, _serving) =
+    let ((mut client_out, _never_read), outbox, serving) =
         served_to_a_peer_that_never_reads(&probe, |server| server);
 
     // 64 MiB of requests, each answered by a 32 KiB echo, while the client reads nothing.
@@ -60,7 +60,8 @@ async fn a_peer_that_never_reads_cannot_make_the_server_buffer_without_bound() {
             written += 1;
         }
     };
-    let blocked = tokio::time::timeout(Duration::from_secs(60), write_all)
+    // Less than the stall timeout: the server is still there, not reading.
+    let blocked = tokio::time::timeout(Duration::from_secs(20), write_all)
         .await
         .is_err();
     assert!(
@@ -77,6 +78,13 @@ async fn a_peer_that_never_reads_cannot_make_the_server_buffer_without_bound() {
         written < 2048 / 4,
         "{written} requests read: the server should stop near the 8 MiB bound"
     );
+    // The reading stays stopped for the stall timeout: the connection is closed, and everything let go of.
+    tokio::time::timeout(DEFAULT_STALL_TIMEOUT, serving)
+        .await
+        .expect("serve returned after the stall timeout")
+        .unwrap()
+        .unwrap();
+    assert_eq!(probe.running(), 0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -118,5 +126,75 @@ async fn graceful_shutdown_ends_even_if_the_peer_stopped_reading() {
         probe.running(),
         0,
         "request 99 was cancelled at the end of the drain"
+    );
+}
+
+/// Two of these servers back to back, each sending the other its requests: `n` calls each way of 2 KB, every
+/// side's outbox bounded at `bound`. Returns how many calls were answered, and how many failed.
+async fn two_servers_exchanging(n: usize, bound: usize) -> (usize, usize) {
+    let (a_out, b_in) = tokio::io::duplex(4096);
+    let (b_out, a_in) = tokio::io::duplex(4096);
+    let echo = || {
+        tower::service_fn(|req: tower_cancel::Request| async move {
+            Ok::<_, tower_cancel::BoxError>(req.params_as::<serde_json::Value>()?)
+        })
+    };
+    let a = Server::with_stack(CancelStack::lsp(), echo()).max_queued_bytes(bound);
+    let b = Server::with_stack(CancelStack::lsp(), echo()).max_queued_bytes(bound);
+    let (to_b, to_a) = (a.peer().expect("a peer"), b.peer().expect("a peer"));
+    let serving_a = tokio::spawn(a.serve(a_in, a_out, Framing::ContentLength));
+    let serving_b = tokio::spawn(b.serve(b_in, b_out, Framing::ContentLength));
+    let payload = serde_json::json!({ "s": "x".repeat(2000) });
+    let mut calls = tokio::task::JoinSet::new();
+    for _ in 0..n {
+        calls.spawn(to_b.request("echo", payload.clone()));
+        calls.spawn(to_a.request("echo", payload.clone()));
+    }
+    let ended = tokio::time::timeout(Duration::from_secs(3600), async {
+        let (mut answered, mut failed) = (0, 0);
+        while let Some(call) = calls.join_next().await {
+            match call.unwrap() {
+                Ok(echoed) => {
+                    assert_eq!(echoed, payload);
+                    answered += 1;
+                }
+                Err(error) => {
+                    assert_eq!(error, tower_cancel::PeerError::Closed);
+                    failed += 1;
+                }
+            }
+        }
+        (answered, failed)
+    })
+    .await
+    .expect("every call ended");
+    drop((to_a, to_b));
+    serving_a.abort();
+    serving_b.abort();
+    ended
+}
+
+/// A side's own requests never stop it from reading: two servers flooding each other under the default bound
+/// both finish.
+#[tokio::test(start_paused = true)]
+async fn two_servers_sending_each_other_requests_both_finish() {
+    assert_eq!(
+        two_servers_exchanging(500, DEFAULT_MAX_QUEUED_BYTES).await,
+        (1000, 0)
+    );
+}
+
+/// Each flooding the other with replies past a small bound, both stop reading and wait for each other: the stall
+/// timeout ends the connections, and the calls fail `Closed` rather than wait forever.
+#[tokio::test(start_paused = true)]
+async fn two_servers_flooding_each_other_past_the_bound_end_at_the_stall_timeout() {
+    let started = tokio::time::Instant::now();
+    let (answered, failed) = two_servers_exchanging(50, 16 * 1024).await;
+    assert_eq!(answered + failed, 100);
+    // The stall timeout after the reading stopped, plus the close grace.
+    assert!(
+        started.elapsed() <= DEFAULT_STALL_TIMEOUT + Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
     );
 }

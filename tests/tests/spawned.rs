@@ -375,3 +375,27 @@ async fn the_inline_mode_serves_services_whose_futures_are_not_send() {
         Some(r#"{"jsonrpc":"2.0","id":1,"result":"local"}"#)
     );
 }
+
+/// Notifications are not spawned: on a runtime of two workers, a hundred of them still take effect in the order the
+/// peer sent them (an editor's edits), while the requests around them run on tasks of their own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notifications_take_effect_in_the_order_they_were_sent() {
+    let probe = Probe::new();
+    let mut conn = spawned(CancelStack::lsp(), &probe, Framing::ContentLength);
+    let frames: Vec<String> = (0..100)
+        .map(|n| format!(r#"{{"jsonrpc":"2.0","method":"textDocument/didChange","params":{{"version":{n}}}}}"#))
+        .collect();
+    let frames: Vec<&str> = frames.iter().map(String::as_str).collect();
+    conn.send_together(&frames).await;
+    conn.send(r#"{"jsonrpc":"2.0","id":1,"method":"echo","params":"after"}"#)
+        .await;
+    conn.expect(r#"{"jsonrpc":"2.0","id":1,"result":"after"}"#)
+        .await;
+    let versions: Vec<i64> = probe
+        .notifications()
+        .iter()
+        .map(|(_, params)| params["version"].as_i64().expect("a version"))
+        .collect();
+    assert_eq!(versions, (0..100).collect::<Vec<_>>());
+    conn.finish_quiet().await;
+}

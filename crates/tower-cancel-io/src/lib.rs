@@ -43,4 +43,5 @@ pub use frame::{FrameError, DEFAULT_MAX_FRAME_SIZE};
 pub use ndjson::NdjsonCodec;
 pub use server::{
     Framing, ResponseHandler, Server, ShutdownHandle, DEFAULT_CLOSE_GRACE, DEFAULT_DRAIN_TIMEOUT,
+    DEFAULT_STALL_TIMEOUT,
 };

@@ -3,11 +3,17 @@
 //! Everything a connection means beyond bytes (its scope, the peer's replies and progress, what closing cancels)
 //! is the core's [`Connection`]; this loop only frames, calls and settles.
 
-use std::{future::poll_fn, io, panic::AssertUnwindSafe, pin::pin, time::Duration};
+use std::{
+    future::poll_fn,
+    io,
+    panic::AssertUnwindSafe,
+    pin::{pin, Pin},
+    time::Duration,
+};
 
 use bytes::BytesMut;
 use futures_util::{future::Either, StreamExt};
-use tokio::io::AsyncRead;
+use tokio::{io::AsyncRead, time::Sleep};
 use tokio_util::{
     codec::{Decoder, FramedRead},
     sync::CancellationToken,
@@ -39,6 +45,7 @@ pub(crate) struct ReadLoop<S> {
     connection: Connection,
     close_grace: Duration,
     drain_timeout: Duration,
+    stall_timeout: Duration,
     shutdown: CancellationToken,
     on_response: ResponseHandler,
     writer_gone: CancellationToken,
@@ -68,6 +75,7 @@ where
             connection: server.connection,
             close_grace: server.close_grace,
             drain_timeout: server.drain_timeout,
+            stall_timeout: server.stall_timeout,
             shutdown: server.shutdown.token().clone(),
             on_response: server.on_response,
             writer_gone,
@@ -89,9 +97,18 @@ where
         let mut ending = Ending::Disconnect;
         // Armed when a graceful shutdown begins: the end of the drain.
         let mut drain = pin!(tokio::time::sleep(Duration::ZERO));
+        // When the outbox last became full: reading stops then, and the connection is closed if it stays full for
+        // the stall timeout.
+        let mut full_since = None;
         loop {
             let draining = ending == Ending::Shutdown;
             let full = outbox.is_full();
+            let stall_at = if full {
+                *full_since.get_or_insert_with(tokio::time::Instant::now) + self.stall_timeout
+            } else {
+                full_since = None;
+                tokio::time::Instant::now()
+            };
             let next = tokio::select! {
                 // Replies first: they free table entries and reach the peer sooner.
                 biased;
@@ -104,15 +121,10 @@ where
                 }
                 () = self.writer_gone.cancelled() => break,
                 () = self.shutdown.cancelled(), if !draining => {
-                    // Reading goes on, so that cancels and the peer's replies still arrive; new requests start
-                    // out cancelled with reason Shutdown and get their dialect's answer without running.
-                    tracing::info!(in_flight = in_flight.len(), "shutting down: draining requests in flight");
-                    ending = Ending::Shutdown;
-                    self.connection.refuse_new(CancelReason::Shutdown);
+                    ending = self.begin_drain(drain.as_mut(), in_flight.len());
                     if in_flight.is_empty() {
                         break;
                     }
-                    drain.as_mut().reset(tokio::time::Instant::now() + self.drain_timeout);
                     continue;
                 }
                 () = &mut drain, if draining => {
@@ -121,6 +133,10 @@ where
                 }
                 // The peer is not reading its replies: read nothing more from it until the writer catches up.
                 () = outbox.room(), if full => continue,
+                () = tokio::time::sleep_until(stall_at), if full => {
+                    tracing::warn!(timeout = ?self.stall_timeout, "the peer read too little of its replies: closing the connection");
+                    break;
+                }
                 frame = frames.next(), if !full => frame,
             };
             let bytes = match next {
@@ -167,13 +183,30 @@ where
             };
             let id = request.id().cloned();
 
-            // Wait for readiness while still settling requests in flight: readiness may depend on them.
+            // Wait for readiness while still settling requests in flight (readiness may depend on them), and while
+            // watching what ends the connection: a service that never becomes ready must not hold it open.
             let ready = loop {
+                let draining = ending == Ending::Shutdown;
                 tokio::select! {
                     biased;
                     Some(done) = in_flight.next(), if !in_flight.is_empty() => self.answer(done),
-                    ready = poll_fn(|cx| self.service.poll_ready(cx)) => break ready,
+                    () = self.writer_gone.cancelled() => break None,
+                    () = self.shutdown.cancelled(), if !draining => {
+                        // The request waiting here is refused when the service takes it (it starts out cancelled).
+                        ending = self.begin_drain(drain.as_mut(), in_flight.len() + 1);
+                    }
+                    () = &mut drain, if draining => break None,
+                    ready = poll_fn(|cx| self.service.poll_ready(cx)) => break Some(ready),
                 }
+            };
+            let Some(ready) = ready else {
+                // The connection ends before the service could take the request: it is answered as one the
+                // service could not take.
+                tracing::info!("the connection ends while the service is not ready");
+                let failure =
+                    Unavailable::new("the connection ended before the service was ready".into());
+                self.answer((id, Err(Box::new(failure))));
+                break;
             };
             if let Err(error) = ready {
                 // The same answer the stack's layers give for a readiness failure; the connection goes on.
@@ -183,7 +216,9 @@ where
                 continue;
             }
             // A panic in `call` itself is caught here in either mode; one in the future, by `settle` or the task.
-            let spawn = self.spawn;
+            // Notifications stay on this task even in the spawned mode: the peer's order of them is the order of
+            // their effects (an editor's `didChange` edits), which tasks on several workers would not keep.
+            let spawn = self.spawn.filter(|_| id.is_some());
             let service = &mut self.service;
             let call = AssertUnwindSafe(|| match spawn {
                 Some(spawn) => Either::Right(spawn(service, request)),
@@ -236,6 +271,16 @@ where
         }
         in_flight.drop_all().await;
         result
+    }
+
+    /// A graceful shutdown begins: the connection stops taking work (reading goes on, so that cancels and the
+    /// peer's replies still arrive; new requests start out cancelled with reason Shutdown and get their dialect's
+    /// answer without running), and the drain's end is armed.
+    fn begin_drain(&self, drain: Pin<&mut Sleep>, in_flight: usize) -> Ending {
+        tracing::info!(in_flight, "shutting down: draining requests in flight");
+        self.connection.refuse_new(CancelReason::Shutdown);
+        drain.reset(tokio::time::Instant::now() + self.drain_timeout);
+        Ending::Shutdown
     }
 
     /// Send a settled request's reply, if it has one.

@@ -56,10 +56,12 @@ pub type ResponseHandler = Box<dyn FnMut(Response) + Send>;
 ///   for the other requests.
 /// - Replies from the peer (to requests this side sent) and its progress reports never reach the service; they go
 ///   to the connection's [`Peer`] (see [`Server::peer`]) or to the [response handler](Server::on_response).
-/// - Replies and this side's own messages are queued for the writer. When the peer stops reading and the queue
-///   holds more than [`Server::max_queued_bytes`], the driver stops reading that connection until the writer
-///   catches up: a peer cannot make the server buffer without bound. Progress reports past the bound are dropped
-///   ([`Progress::report`](tower_cancel::progress::Progress::report) returns `false`).
+/// - Replies and this side's own messages are queued for the writer. When the peer stops reading and more than
+///   [`Server::max_queued_bytes`] of replies wait, the driver stops reading that connection until the writer
+///   catches up: a peer cannot make the server buffer without bound. This side's own requests never stop the
+///   reading (two endpoints doing so would wait for each other). A connection whose reading stays stopped for the
+///   [stall timeout](Server::stall_timeout) is closed as a disconnect. Progress reports past the
+///   bound are dropped ([`Progress::report`](tower_cancel::progress::Progress::report) returns `false`).
 /// - When the peer closes the connection (or the write side fails, or the `serve` future is dropped), every
 ///   request of this connection in flight is cancelled with [`CancelReason::Disconnect`](tower_cancel::CancelReason),
 ///   and the peer's pending calls fail with `Closed`. The driver waits for the cancelled requests to settle (a
@@ -68,8 +70,9 @@ pub type ResponseHandler = Box<dyn FnMut(Response) + Send>;
 /// - On [graceful shutdown](Server::shutdown_handle) the connection stops taking work: it lets the requests in
 ///   flight finish within the [drain timeout](Server::drain_timeout), then cancels the rest with reason Shutdown.
 ///   It keeps reading meanwhile, so that cancels and the peer's replies still arrive; a request that arrives during
-///   the drain starts out cancelled with reason Shutdown and never runs. Every request is answered as its dialect
-///   says, and the last replies are written within the close grace, before the connection closes.
+///   the drain starts out cancelled with reason Shutdown and never runs (one its dialect never lets be cancelled,
+///   `initialize`, still runs, as notifications do). Every request is answered as its dialect says, and the last
+///   replies are written within the close grace, before the connection closes.
 /// - A service that fails readiness answers the request that waited for it with -32603 `service unavailable`
 ///   (as the stack's own layers do), and the connection goes on.
 pub struct Server<S> {
@@ -78,6 +81,7 @@ pub struct Server<S> {
     pub(crate) max_frame_size: usize,
     pub(crate) close_grace: Duration,
     pub(crate) drain_timeout: Duration,
+    pub(crate) stall_timeout: Duration,
     pub(crate) shutdown: ShutdownHandle,
     pub(crate) on_response: ResponseHandler,
     pub(crate) spawn: Option<Spawn<S>>,
@@ -115,6 +119,10 @@ pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long in-flight requests may take to settle after the connection closed, by default.
 pub const DEFAULT_CLOSE_GRACE: Duration = Duration::from_secs(1);
 
+/// How long the driver keeps its reading stopped, by default, for a peer that does not read its replies, before it
+/// closes the connection.
+pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(30);
+
 impl<S> fmt::Debug for Server<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Server")
@@ -143,6 +151,7 @@ where
             service,
             max_frame_size: DEFAULT_MAX_FRAME_SIZE,
             close_grace: DEFAULT_CLOSE_GRACE,
+            stall_timeout: DEFAULT_STALL_TIMEOUT,
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
             shutdown: ShutdownHandle::default(),
             on_response: Box::new(|response| {
@@ -197,6 +206,15 @@ where
         self
     }
 
+    /// How long the driver may keep its reading stopped (more than [`Server::max_queued_bytes`] of replies
+    /// queued, all that time) before it closes the connection as a disconnect (default [`DEFAULT_STALL_TIMEOUT`]).
+    /// A peer that reads nothing, or too little to bring its replies under the bound in that time, is not waited
+    /// for forever; nor are two endpoints that both stopped reading because each floods the other past its bound.
+    pub fn stall_timeout(mut self, timeout: Duration) -> Self {
+        self.stall_timeout = timeout;
+        self
+    }
+
     /// How long requests that could not be cancelled (`initialize`, notifications) may take to settle after the
     /// connection closed or the drain ended, and how long the last replies may take to be written (default
     /// [`DEFAULT_CLOSE_GRACE`]). Cancelled requests are waited for until their cancel layer settles them.
@@ -228,6 +246,10 @@ where
     /// every runnable task in the runtime's queue (1.7 ms behind 64 handlers computing 50 µs, against 3.4 ms on the
     /// connection's task). Put a `ConcurrencyLimit` of about the number of workers below the stack as well: the
     /// requests waiting for it are not runnable, and the same cancel is answered in 16 µs.
+    ///
+    /// Notifications are not spawned: they run on the connection's task in the order they arrived (the order of
+    /// an editor's `didChange` edits is the order of their effects). Every call, and so every cancel the peer
+    /// sends, is made on the connection's task in the order of the frames.
     ///
     /// What changes besides: on the connection's task each request is polled once before the next frame is read;
     /// a task runs when a worker takes it. So requests start in no set order, and one read just before the peer

@@ -8,7 +8,7 @@ use tokio_util::{
     codec::{Encoder, FramedWrite},
     sync::CancellationToken,
 };
-use tower_cancel::outbox::OutboxReceiver;
+use tower_cancel::outbox::{OutboxReceiver, Outgoing};
 
 /// Write what the outbox queues until `closing` (the read loop is done), then what is still queued, within
 /// `close_grace`: a peer that stopped reading cannot hold the connection open. `writer_gone` tells the read loop
@@ -64,17 +64,19 @@ where
             bytes = rx.recv() => bytes,
             // The read loop is done: write what is queued, then stop.
             () = closing.cancelled() => {
-                while let Some(bytes) = rx.try_recv() {
-                    feed(sink, rx, &bytes).await?;
+                while let Some(outgoing) = rx.try_recv() {
+                    feed(sink, rx, &outgoing).await?;
                 }
                 return sink.flush().await;
             }
         };
-        let Some(bytes) = bytes else { return Ok(()) };
-        feed(sink, rx, &bytes).await?;
+        let Some(outgoing) = bytes else {
+            return Ok(());
+        };
+        feed(sink, rx, &outgoing).await?;
         // Batch whatever else is ready into one flush.
-        while let Some(bytes) = rx.try_recv() {
-            feed(sink, rx, &bytes).await?;
+        while let Some(outgoing) = rx.try_recv() {
+            feed(sink, rx, &outgoing).await?;
         }
         sink.flush().await?;
     }
@@ -85,13 +87,13 @@ where
 async fn feed<W, C>(
     sink: &mut FramedWrite<W, C>,
     rx: &OutboxReceiver,
-    bytes: &[u8],
+    outgoing: &Outgoing,
 ) -> io::Result<()>
 where
     W: AsyncWrite + Unpin,
     C: for<'a> Encoder<&'a [u8], Error = io::Error>,
 {
-    sink.feed(bytes).await?;
-    rx.written(bytes.len());
+    sink.feed(&outgoing[..]).await?;
+    rx.written(outgoing);
     Ok(())
 }

@@ -3,11 +3,13 @@
 //! # Bounds
 //!
 //! The queue is bounded in bytes, the way the reading side decides: a transport stops reading while
-//! [`Outbox::is_full`] (more than [`max_queued_bytes`](Outbox::set_max_queued_bytes) wait for the writer) and
-//! resumes at [`Outbox::room`]. Replies and this side's own requests and cancels are always queued: there is at
-//! most one reply per request read, so stopping the reading bounds them. Progress reports are advisory and are
-//! dropped instead when the queue is full ([`Outbox::send_if_room`]): a handler cannot fill memory with them while
-//! the peer reads nothing.
+//! [`Outbox::is_full`] (more than [`max_queued_bytes`](Outbox::set_max_queued_bytes) of *replies* wait for the
+//! writer) and resumes at [`Outbox::room`]. Replies are what reading makes (one per request read), so stopping the
+//! reading bounds them. This side's own requests and cancels are always queued and never stop the reading: they
+//! come from the application, not from the peer, and two endpoints that each stopped reading because of their own
+//! requests would wait for each other for good. Progress reports are advisory and are dropped instead while the
+//! whole queue is over the bound ([`Outbox::send_if_room`]): a handler cannot fill memory with them while the peer
+//! reads nothing.
 
 use std::{
     fmt,
@@ -30,21 +32,37 @@ pub const DEFAULT_MAX_QUEUED_BYTES: usize = 8 * 1024 * 1024;
 /// Messages are serialized here, by the sender, and queued for the connection's writer in the order they are sent.
 #[derive(Clone)]
 pub struct Outbox {
-    tx: mpsc::UnboundedSender<Vec<u8>>,
+    tx: mpsc::UnboundedSender<Outgoing>,
     shared: Arc<Shared>,
 }
 
 struct Shared {
-    // Bytes sent and not yet handed to the writer's sink.
+    // Bytes sent and not yet handed to the writer's sink, and the replies' share of them.
     queued: AtomicUsize,
+    replies: AtomicUsize,
     max: AtomicUsize,
-    // Woken when `queued` drops to the bound or below.
+    // Woken when `replies` drops to the bound or below.
     room: Notify,
+}
+
+/// One serialized message on its way to the writer. Dereferences to its bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Outgoing {
+    bytes: Vec<u8>,
+    reply: bool,
+}
+
+impl std::ops::Deref for Outgoing {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.bytes
+    }
 }
 
 /// The receiving end of an [`Outbox`], for the transport's writer.
 pub struct OutboxReceiver {
-    rx: mpsc::UnboundedReceiver<Vec<u8>>,
+    rx: mpsc::UnboundedReceiver<Outgoing>,
     shared: Arc<Shared>,
 }
 
@@ -75,6 +93,7 @@ impl Outbox {
         let (tx, rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             queued: AtomicUsize::new(0),
+            replies: AtomicUsize::new(0),
             max: AtomicUsize::new(DEFAULT_MAX_QUEUED_BYTES),
             room: Notify::new(),
         });
@@ -98,12 +117,12 @@ impl Outbox {
 
     /// Send a request or a notification.
     pub fn send_request(&self, request: &Request) -> Result<(), Closed> {
-        self.send(request)
+        self.send(request, false)
     }
 
     /// Send a reply.
     pub fn send_response(&self, response: &Response) -> Result<(), Closed> {
-        self.send(response)
+        self.send(response, true)
     }
 
     /// Send a notification only if the queue has room (progress reports: dropping one is better than buffering
@@ -112,10 +131,11 @@ impl Outbox {
         if self.is_closed() {
             return Err(NotSent::Closed);
         }
-        if self.is_full() {
+        if self.queued_bytes() > self.max() {
             return Err(NotSent::Full);
         }
-        self.send(notification).map_err(|Closed| NotSent::Closed)
+        self.send(notification, false)
+            .map_err(|Closed| NotSent::Closed)
     }
 
     /// Whether the connection is gone.
@@ -123,14 +143,18 @@ impl Outbox {
         self.tx.is_closed()
     }
 
-    /// Whether more than the bound waits for the writer.
+    /// Whether more than the bound of replies waits for the writer: the transport should stop reading.
     pub fn is_full(&self) -> bool {
-        self.queued_bytes() > self.shared.max.load(Ordering::Relaxed)
+        self.shared.replies.load(Ordering::Acquire) > self.max()
     }
 
-    /// The bytes waiting for the writer now.
+    /// The bytes waiting for the writer now, replies and everything else.
     pub fn queued_bytes(&self) -> usize {
         self.shared.queued.load(Ordering::Acquire)
+    }
+
+    fn max(&self) -> usize {
+        self.shared.max.load(Ordering::Relaxed)
     }
 
     /// Resolves once the queue is not full (or the connection is gone).
@@ -145,36 +169,56 @@ impl Outbox {
         }
     }
 
-    fn send(&self, message: &impl Serialize) -> Result<(), Closed> {
+    fn send(&self, message: &impl Serialize, reply: bool) -> Result<(), Closed> {
         // Serializing our own message types cannot fail: their maps have string keys and their numbers are finite.
         let bytes = serde_json::to_vec(message).map_err(|_| Closed)?;
-        let len = bytes.len();
-        self.shared.queued.fetch_add(len, Ordering::AcqRel);
-        self.tx.send(bytes).map_err(|_| {
-            self.shared.queued.fetch_sub(len, Ordering::AcqRel);
+        let outgoing = Outgoing { bytes, reply };
+        self.shared.add(&outgoing);
+        self.tx.send(outgoing).map_err(|unsent| {
+            self.shared.remove(&unsent.0);
             Closed
         })
+    }
+}
+
+impl Shared {
+    fn add(&self, outgoing: &Outgoing) {
+        let len = outgoing.bytes.len();
+        self.queued.fetch_add(len, Ordering::AcqRel);
+        if outgoing.reply {
+            self.replies.fetch_add(len, Ordering::AcqRel);
+        }
+    }
+
+    /// Count `outgoing` out; returns the replies' bytes before, for a reply.
+    fn remove(&self, outgoing: &Outgoing) -> Option<usize> {
+        let len = outgoing.bytes.len();
+        self.queued.fetch_sub(len, Ordering::AcqRel);
+        outgoing
+            .reply
+            .then(|| self.replies.fetch_sub(len, Ordering::AcqRel))
     }
 }
 
 impl OutboxReceiver {
     /// The next message, or `None` once every outbox is dropped or [`close`](Self::close) was called. Call
     /// [`written`](Self::written) once its bytes are handed on.
-    pub async fn recv(&mut self) -> Option<Vec<u8>> {
+    pub async fn recv(&mut self) -> Option<Outgoing> {
         self.rx.recv().await
     }
 
     /// The next message if one is queued now.
-    pub fn try_recv(&mut self) -> Option<Vec<u8>> {
+    pub fn try_recv(&mut self) -> Option<Outgoing> {
         self.rx.try_recv().ok()
     }
 
-    /// `bytes` of a received message were handed to the wire: they no longer count against the bound.
-    pub fn written(&self, bytes: usize) {
-        let before = self.shared.queued.fetch_sub(bytes, Ordering::AcqRel);
-        let max = self.shared.max.load(Ordering::Relaxed);
-        if before > max && before - bytes <= max {
-            self.shared.room.notify_waiters();
+    /// A received message was handed to the wire: its bytes no longer count against the bound.
+    pub fn written(&self, outgoing: &Outgoing) {
+        if let Some(before) = self.shared.remove(outgoing) {
+            let max = self.shared.max.load(Ordering::Relaxed);
+            if before > max && before - outgoing.bytes.len() <= max {
+                self.shared.room.notify_waiters();
+            }
         }
     }
 
@@ -229,7 +273,7 @@ mod tests {
         tokio::task::yield_now().await;
         assert!(!waiting.is_finished());
         let first = rx.recv().await.unwrap();
-        rx.written(first.len());
+        rx.written(&first);
         waiting.await.unwrap();
         assert!(!outbox.is_full());
         assert_eq!(outbox.send_if_room(&progress), Ok(()));

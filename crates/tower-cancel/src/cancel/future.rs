@@ -24,6 +24,22 @@ pin_project! {
         #[pin]
         kind: Kind<S>,
     }
+
+    impl<S> PinnedDrop for ResponseFuture<S>
+    where
+        S: Service<Request>,
+    {
+        // Dropped before it resolved (the transport let go of the request): the handler is dropped here, under
+        // the same net as every other drop of it, so that a destructor's panic cannot unwind into the transport.
+        fn drop(this: Pin<&mut Self>) {
+            match this.project().kind.project() {
+                KindProj::Notification { dispatch } | KindProj::Racing { dispatch, .. } => {
+                    drop_inner(dispatch)
+                }
+                KindProj::Ready { .. } => {}
+            }
+        }
+    }
 }
 
 pin_project! {
@@ -163,14 +179,14 @@ where
             Mode::Abort | Mode::Cooperative { .. } => {
                 // Dropping the inner future stops the handler wherever it was parked. A request still
                 // queued behind backpressure has no handler to wind down: it never runs, in any mode.
-                dispatch.set(Dispatch::Done);
+                drop_inner(dispatch.as_mut());
                 return Poll::Ready(Err(cancelled_error(lifecycle)));
             }
         }
     }
     if let Some(sleep) = grace.as_mut() {
         if sleep.as_mut().poll(cx).is_ready() {
-            dispatch.set(Dispatch::Done);
+            drop_inner(dispatch.as_mut());
             return Poll::Ready(Err(cancelled_error(lifecycle)));
         }
     }
@@ -199,12 +215,23 @@ where
     }
     // Only now drop the inner future: tower's timeout future still holds the handler, and a handler
     // stopped by it must see reason Timeout in its context as it is dropped, as with every other source.
-    dispatch.set(Dispatch::Done);
+    drop_inner(dispatch.as_mut());
     Poll::Ready(settle(
         lifecycle,
         output,
         partial_allowed && grace.is_some(),
     ))
+}
+
+/// Drop the inner future (the handler), catching a panic in its drop: the request's outcome is already decided (a
+/// cancel won, or the handler answered), and a destructor failing must neither change it nor reach the transport.
+fn drop_inner<S: Service<Request>>(mut dispatch: Pin<&mut Dispatch<S>>) {
+    // An assignment whose drop of the old value panics still writes the new one, so the state is `Done` either way.
+    let dropped = std::panic::catch_unwind(AssertUnwindSafe(|| dispatch.set(Dispatch::Done)));
+    if let Err(payload) = dropped {
+        let panicked = Panicked::from_payload(&*payload);
+        tracing::error!("the handler's future panicked while it was dropped: {panicked}");
+    }
 }
 
 /// Poll the inner service, catching a panic in its `call` or its future: the one place a panic becomes an
@@ -222,7 +249,7 @@ where
         Ok(poll) => poll,
         Err(payload) => {
             // The inner future is left as it was when it panicked: never poll it again.
-            dispatch.set(Dispatch::Done);
+            drop_inner(dispatch.as_mut());
             Poll::Ready(Err(Box::new(Panicked::from_payload(&*payload))))
         }
     }

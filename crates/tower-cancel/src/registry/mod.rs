@@ -30,7 +30,7 @@ use std::{
     fmt,
     sync::{
         atomic::{AtomicU64, Ordering},
-        Arc,
+        Arc, OnceLock,
     },
 };
 
@@ -296,10 +296,13 @@ impl Registry {
     /// Put a request in the table. If a cancel for its id arrived first (on its connection or for the whole
     /// scope), or the scope or its connection (`refusing`) stopped taking work, it starts out cancelled.
     /// A request its dialect never lets be cancelled is in the table too (its id is in flight), but not counted.
+    ///
+    /// `refusing` is read under the tables' lock: a close on another thread sets it before it takes the lock to
+    /// cancel what the table holds, so a request either is in the table by then (and cancelled) or sees it here.
     pub(crate) fn insert(
         &self,
         lifecycle: &Arc<Lifecycle>,
-        refusing: Option<CancelReason>,
+        refusing: &OnceLock<CancelReason>,
     ) -> Result<(), DuplicateId> {
         let early_reason = {
             let mut tables = self.lock();
@@ -330,7 +333,7 @@ impl Registry {
                 tables.early.take(lifecycle.conn(), id.clone())
             };
             early_reason
-                .or(refusing)
+                .or_else(|| refusing.get().cloned())
                 .or_else(|| tables.refusing.clone())
         };
         if lifecycle.is_cancellable() {
@@ -409,7 +412,7 @@ mod tests {
     }
 
     fn insert(registry: &Registry, lifecycle: &Arc<Lifecycle>) {
-        registry.insert(lifecycle, None).unwrap();
+        registry.insert(lifecycle, &OnceLock::new()).unwrap();
     }
 
     #[test]
@@ -419,7 +422,7 @@ mod tests {
         insert(&registry, &one);
         assert!(registry.contains(&1.into()));
         assert_eq!(
-            registry.insert(&entry(1, 1), None).unwrap_err(),
+            registry.insert(&entry(1, 1), &OnceLock::new()).unwrap_err(),
             DuplicateId(1.into())
         );
         one.cancel(CancelReason::Timeout);
@@ -532,7 +535,7 @@ mod tests {
         let init = Arc::new(Lifecycle::uncancellable(0.into(), 1));
         insert(&registry, &init);
         assert_eq!(
-            registry.insert(&entry(0, 1), None).unwrap_err(),
+            registry.insert(&entry(0, 1), &OnceLock::new()).unwrap_err(),
             DuplicateId(0.into())
         );
         assert_eq!(

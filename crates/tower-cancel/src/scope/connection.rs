@@ -174,8 +174,7 @@ impl Connection {
 
     /// Put a request in the scope's registry, tagged with this connection.
     pub(crate) fn register(&self, lifecycle: Arc<Lifecycle>) -> Result<Registration, DuplicateId> {
-        let refusing = self.inner.refusing.get().cloned();
-        self.registry().insert(&lifecycle, refusing)?;
+        self.registry().insert(&lifecycle, &self.inner.refusing)?;
         if lifecycle.is_cancellable() {
             self.inner.in_flight.fetch_add(1, Ordering::AcqRel);
         }

@@ -26,7 +26,12 @@
 //! - closing or shutting down a connection ([`Connection::close`], [`Connection::refuse_new`]) touches only that
 //!   connection's requests; [`Scope::close`] and [`Scope::refuse_new`] touch the whole scope;
 //! - a cancel remembered for a connection (its request not yet arrived) applies to that connection's request
-//!   only; one remembered for the scope applies to the next request of that id on any connection.
+//!   only; one remembered for the scope applies to the next request of that id on any connection. A cancel for the
+//!   whole scope that comes after its request completed is remembered the same way, so where the connections of a
+//!   scope reuse ids, send whole-scope cancels only for ids that are unique in the scope (an MCP session's, a
+//!   principal's own numbering);
+//! - the window of remembered cancels is the scope's: one connection that floods it with cancels for ids it never
+//!   sends pushes the others' remembered cancels out (the window stays bounded either way).
 //!
 //! # Example
 //!
