@@ -21,16 +21,38 @@ pin_project! {
         S: Service<Request>,
     {
         #[pin]
-        dispatch: Dispatch<S>,
-        // Boxed: a timer is large (over 100 bytes), and a request without a timeout should not carry room for one.
-        sleep: Option<Pin<Box<Sleep>>>,
-        // The request's context, when a cancel layer above gave it one: expiry cancels it, so the cancel layer
-        // settles the request like any other cancel. Without one, expiry ends this future itself.
-        context: Option<RequestContext>,
+        kind: Kind<S>,
+    }
+}
+
+pin_project! {
+    #[project = KindProj]
+    enum Kind<S>
+    where
+        S: Service<Request>,
+    {
+        // The layer has no rule for any request: the inner service's future as it is.
+        Direct { #[pin] future: S::Future },
+        Timed {
+            #[pin]
+            dispatch: Dispatch<S>,
+            // Boxed: a timer is large (over 100 bytes), and a request without a timeout should not carry room
+            // for one.
+            sleep: Option<Pin<Box<Sleep>>>,
+            // The request's context, when a cancel layer above gave it one: expiry cancels it, so the cancel layer
+            // settles the request like any other cancel. Without one, expiry ends this future itself.
+            context: Option<RequestContext>,
+        },
     }
 }
 
 impl<S: Service<Request>> ResponseFuture<S> {
+    pub(crate) fn direct(future: S::Future) -> Self {
+        Self {
+            kind: Kind::Direct { future },
+        }
+    }
+
     pub(crate) fn new(
         service: S,
         request: Request,
@@ -38,19 +60,27 @@ impl<S: Service<Request>> ResponseFuture<S> {
         context: Option<RequestContext>,
     ) -> Self {
         Self {
-            dispatch: Dispatch::new(service, request),
-            sleep: sleep.map(Box::pin),
-            context,
+            kind: Kind::Timed {
+                dispatch: Dispatch::new(service, request),
+                sleep: sleep.map(Box::pin),
+                context,
+            },
         }
     }
 }
 
 impl<S: Service<Request>> fmt::Debug for ResponseFuture<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ResponseFuture")
-            .field("deadline", &self.sleep.as_ref().map(|s| s.deadline()))
-            .field("waiting", &self.dispatch.is_waiting())
-            .finish()
+        let mut debug = f.debug_struct("ResponseFuture");
+        if let Kind::Timed {
+            dispatch, sleep, ..
+        } = &self.kind
+        {
+            debug
+                .field("deadline", &sleep.as_ref().map(|s| s.deadline()))
+                .field("waiting", &dispatch.is_waiting());
+        }
+        debug.finish()
     }
 }
 
@@ -62,40 +92,47 @@ where
     type Output = Result<S::Response, BoxError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let mut this = self.project();
+        let (mut dispatch, sleep, context) = match self.project().kind.project() {
+            KindProj::Direct { future } => return future.poll(cx).map_err(Into::into),
+            KindProj::Timed {
+                dispatch,
+                sleep,
+                context,
+            } => (dispatch, sleep, context),
+        };
         loop {
             // A request cancelled while it waits for readiness (its deadline passed, or any other source) is never
             // called: its handler does not exist yet, so there is nothing to wind down, whatever the mode.
-            let waiting = this.dispatch.waiting_request();
+            let waiting = dispatch.waiting_request();
             if let Some(reason) = waiting
                 .and_then(Request::context)
                 .and_then(RequestContext::reason)
             {
                 return Poll::Ready(Err(Box::new(Cancelled::new(reason))));
             }
-            if let Poll::Ready(output) = this.dispatch.as_mut().poll(cx) {
+            if let Poll::Ready(output) = dispatch.as_mut().poll(cx) {
                 return Poll::Ready(output);
             }
-            let Some(sleep) = this.sleep.as_mut() else {
+            let Some(timer) = sleep.as_mut() else {
                 return Poll::Pending;
             };
-            if sleep.as_mut().poll(cx).is_pending() {
+            if timer.as_mut().poll(cx).is_pending() {
                 return Poll::Pending;
             }
-            let Some(context) = this.context else {
+            let Some(context) = context else {
                 return Poll::Ready(Err(Box::new(Cancelled::new(CancelReason::Timeout))));
             };
             // Progress may have pushed the deadline back since the timer was set: sleep on.
             match context.deadline() {
-                Some(deadline) if deadline > sleep.deadline() => sleep.as_mut().reset(deadline),
+                Some(deadline) if deadline > timer.deadline() => timer.as_mut().reset(deadline),
                 _ => {
                     tracing::debug!(id = %context.id(), "request timed out");
                     context.cancel_with(CancelReason::Timeout);
-                    *this.sleep = None;
+                    *sleep = None;
                     // A request still waiting for readiness ends at the top of the loop. A running one is the
                     // cancel layer's to settle, woken by the cancel: it drops this future (abort), or lets the
                     // handler wind down within its grace period (cooperative), polling it again until then.
-                    if !this.dispatch.is_waiting() {
+                    if !dispatch.is_waiting() {
                         return Poll::Pending;
                     }
                 }

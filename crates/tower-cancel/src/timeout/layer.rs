@@ -18,6 +18,13 @@ pub(crate) struct Config {
     pub(crate) max_total: Option<Duration>,
 }
 
+impl Config {
+    /// Whether any request can get a deadline from this layer.
+    pub(crate) fn has_rules(&self) -> bool {
+        self.default.is_some() || !self.per_method.is_empty() || self.meta_field.is_some()
+    }
+}
+
 impl TimeoutLayer {
     /// Requests time out after `timeout`, unless a per-method or per-request timeout says otherwise.
     pub fn new(timeout: Duration) -> Self {

@@ -25,7 +25,9 @@
 //! The service is always ready, and the deadline is armed when the request arrives: a request queued behind a
 //! saturated `ConcurrencyLimit` below waits for the inner service's readiness inside its own future, and times out
 //! there like any other (it is then never called). Like the cancel layer's, this needs the inner service to be
-//! `Clone`: each request takes a clone of it to wait on.
+//! `Clone`: each request takes a clone of it to wait on. A layer without any rule (`TimeoutLayer::none()`, what
+//! the stack has unless you set a timeout) is transparent instead: it forwards readiness and calls, and costs
+//! nothing.
 //!
 //! tower's own `tower::timeout::TimeoutLayer` also works below the stack: the cancel layer turns its `Elapsed`
 //! error into the same Timeout cancellation (for a request that can be cancelled; `initialize` timing out that
@@ -136,13 +138,21 @@ where
     type Error = BoxError;
     type Future = ResponseFuture<S>;
 
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        // A layer that gives no request a deadline (`TimeoutLayer::none()`, the stack's default) is transparent:
+        // readiness is the inner service's, and each request is handed straight on.
+        if !self.config.has_rules() {
+            return self.inner.poll_ready(cx).map_err(Into::into);
+        }
         // Always ready, so that the deadline is armed when the request arrives: the request waits for the inner
         // service's readiness inside its own future, where its deadline (and any cancel) can still reach it.
         Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, req: Request) -> Self::Future {
+        if !self.config.has_rules() {
+            return ResponseFuture::direct(self.inner.call(req));
+        }
         // Notifications are never answered, so they have nothing to time out.
         let timeout = if req.is_notification() {
             None
