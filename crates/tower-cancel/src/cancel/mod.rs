@@ -181,7 +181,8 @@ where
     }
 
     fn call(&mut self, mut req: Request) -> Self::Future {
-        let connection = req.connection().unwrap_or(&self.own).clone();
+        // Borrowed, not cloned: the registration keeps the one clone a request needs.
+        let connection = req.connection().unwrap_or(&self.own);
         let session = connection.session();
         // The clone takes the readiness-free copy of the inner service into the request's own future, which
         // waits for readiness there (raced against the request's cancel) and then calls it.
