@@ -9,7 +9,7 @@ use std::{
 };
 
 use serde_json::{json, Value};
-use tower_cancel::{Registry, Request, TimeoutLayer};
+use tower_cancel::{Request, TimeoutLayer};
 
 /// Counters of the sleep handlers, shared by every request of a server.
 #[derive(Clone, Debug, Default)]
@@ -81,7 +81,7 @@ impl SleepStats {
     /// The counters as the examples answer them. `inFlight` counts the requests of the connection's registry
     /// other than `req` itself.
     pub fn to_json(&self, req: &Request) -> Value {
-        let registry = req.extensions().get::<Registry>();
+        let registry = req.connection().map(|connection| connection.registry());
         let in_flight = registry.map_or(0, |r| {
             let own = req.id().is_some_and(|id| r.contains(id));
             r.len() - usize::from(own)
