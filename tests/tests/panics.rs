@@ -9,6 +9,10 @@ use tower::{service_fn, ServiceBuilder};
 use tower_cancel::{BoxError, CancelReason, CancelStack, Request};
 use tower_cancel_io::{Framing, Server};
 
+/// What LSP answers request 7 once a cancel settled it (MCP answers nothing).
+const LSP_CANCELLED_7: &str =
+    r#"{"jsonrpc":"2.0","id":7,"error":{"code":-32800,"message":"Request cancelled"}}"#;
+
 const PANICKED_3: &str = r#"{"jsonrpc":"2.0","id":3,"error":{"code":-32603,"message":"Internal error: handler panicked"}}"#;
 
 #[tokio::test(start_paused = true)]
@@ -140,7 +144,7 @@ async fn a_handler_panicking_after_the_peers_cancel_is_answered_as_cancelled() {
     );
     assert_eq!(
         after_the_cancel(CancelStack::lsp()).await,
-        [r#"{"jsonrpc":"2.0","id":7,"error":{"code":-32800,"message":"Request cancelled"}}"#]
+        [LSP_CANCELLED_7]
     );
 }
 
@@ -175,10 +179,7 @@ async fn a_panic_that_loses_the_race_to_a_cancel_is_answered_as_cancelled() {
         replies
     }
     assert_eq!(served(CancelStack::mcp()).await, Vec::<String>::new());
-    assert_eq!(
-        served(CancelStack::lsp()).await,
-        [r#"{"jsonrpc":"2.0","id":7,"error":{"code":-32800,"message":"Request cancelled"}}"#]
-    );
+    assert_eq!(served(CancelStack::lsp()).await, [LSP_CANCELLED_7]);
 }
 
 /// A panic in the handler of replies the connection has no peer for is logged; the connection goes on.
@@ -238,7 +239,7 @@ async fn a_handler_whose_drop_panics_after_a_cancel_is_answered_as_cancelled() {
     );
     assert_eq!(
         after_the_cancel(CancelStack::lsp()).await,
-        [r#"{"jsonrpc":"2.0","id":7,"error":{"code":-32800,"message":"Request cancelled"}}"#]
+        [LSP_CANCELLED_7]
     );
 }
 
