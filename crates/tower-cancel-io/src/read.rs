@@ -97,18 +97,19 @@ where
         let mut ending = Ending::Disconnect;
         // Armed when a graceful shutdown begins: the end of the drain.
         let mut drain = pin!(tokio::time::sleep(Duration::ZERO));
-        // When the outbox last became full: reading stops then, and the connection is closed if it stays full for
-        // the stall timeout.
-        let mut full_since = None;
+        // Armed when the outbox becomes full (reading stops then): the connection is closed if it stays full until
+        // it passes.
+        let mut stall = pin!(tokio::time::sleep(Duration::ZERO));
+        let mut was_full = false;
         loop {
             let draining = ending == Ending::Shutdown;
             let full = outbox.is_full();
-            let stall_at = if full {
-                *full_since.get_or_insert_with(tokio::time::Instant::now) + self.stall_timeout
-            } else {
-                full_since = None;
-                tokio::time::Instant::now()
-            };
+            if full && !was_full {
+                stall
+                    .as_mut()
+                    .reset(tokio::time::Instant::now() + self.stall_timeout);
+            }
+            was_full = full;
             let next = tokio::select! {
                 // Replies first: they free table entries and reach the peer sooner.
                 biased;
@@ -133,7 +134,7 @@ where
                 }
                 // The peer is not reading its replies: read nothing more from it until the writer catches up.
                 () = outbox.room(), if full => continue,
-                () = tokio::time::sleep_until(stall_at), if full => {
+                () = &mut stall, if full => {
                     tracing::warn!(timeout = ?self.stall_timeout, "the peer read too little of its replies: closing the connection");
                     break;
                 }
