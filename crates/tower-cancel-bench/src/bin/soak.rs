@@ -9,7 +9,8 @@
 //! Flags: `--requests N` (default 1,000,000), `--max-secs S` (default 540: the run stops sending at N requests or
 //! after S seconds, whichever comes first), `--connections C` (32), `--window W` (requests in flight per
 //! connection, 64), `--dialect lsp|mcp|both` (both: half the connections each), `--tcp` (TCP on 127.0.0.1 instead
-//! of a Unix socket in a temporary directory), `--timeout-ms T` (the server's timeout, 100), `--seed X`.
+//! of a Unix socket in a temporary directory), `--spawn` (each request on a task of its own:
+//! `Server::spawn_requests(true)`), `--timeout-ms T` (the server's timeout, 100), `--seed X`.
 //!
 //! # What runs
 //!
@@ -92,6 +93,7 @@ struct Args {
     window: usize,
     protocols: Vec<Protocol>,
     tcp: bool,
+    spawn: bool,
     timeout: Duration,
     seed: u64,
 }
@@ -104,6 +106,7 @@ fn args() -> Result<Args, String> {
         window: 64,
         protocols: vec![Protocol::Lsp, Protocol::Mcp],
         tcp: false,
+        spawn: false,
         timeout: Duration::from_millis(100),
         seed: 0x5eed,
     };
@@ -119,6 +122,7 @@ fn args() -> Result<Args, String> {
             "--timeout-ms" => args.timeout = Duration::from_millis(number(value()?)?.max(1)),
             "--seed" => args.seed = number(value()?)?,
             "--tcp" => args.tcp = true,
+            "--spawn" => args.spawn = true,
             "--dialect" => {
                 args.protocols = match value()?.as_str() {
                     "lsp" => vec![Protocol::Lsp],
@@ -188,7 +192,7 @@ async fn soak(args: Args) -> Vec<String> {
         } else {
             Endpoint::Unix(dir.join(format!("{}.sock", name(protocol).to_lowercase())))
         };
-        match listen(protocol, endpoint, args.timeout, connections.clone()).await {
+        match listen(protocol, endpoint, args.timeout, args.spawn, connections.clone()).await {
             Ok(endpoint) => endpoints.push((protocol, endpoint)),
             Err(error) => return vec![format!("listening for {}: {error}", name(protocol))],
         };

@@ -154,11 +154,13 @@ impl Connections {
 /// protocol and a timeout, on its own task, with its own registry.
 ///
 /// LSP runs `CancelStack::new(Lsp.server_cancellable(["bench/work"]))`, so a timeout answers -32802 and a peer's
-/// cancel -32800; MCP runs `CancelStack::mcp()`, where a timeout answers -32001 and a cancel nothing.
+/// cancel -32800; MCP runs `CancelStack::mcp()`, where a timeout answers -32001 and a cancel nothing. With `spawn`,
+/// each request runs on a task of its own (`Server::spawn_requests`).
 pub async fn listen(
     protocol: Protocol,
     endpoint: Endpoint,
     timeout: Duration,
+    spawn: bool,
     connections: Arc<Connections>,
 ) -> io::Result<Endpoint> {
     Ok(match endpoint {
@@ -167,7 +169,7 @@ pub async fn listen(
             tokio::spawn(async move {
                 while let Ok((stream, _)) = listener.accept().await {
                     let (read, write) = stream.into_split();
-                    serve(protocol, timeout, read, write, &connections);
+                    serve(protocol, timeout, spawn, read, write, &connections);
                 }
             });
             Endpoint::Unix(path)
@@ -179,7 +181,7 @@ pub async fn listen(
                 while let Ok((stream, _)) = listener.accept().await {
                     let _ = stream.set_nodelay(true);
                     let (read, write) = stream.into_split();
-                    serve(protocol, timeout, read, write, &connections);
+                    serve(protocol, timeout, spawn, read, write, &connections);
                 }
             });
             Endpoint::Tcp(addr)
@@ -190,6 +192,7 @@ pub async fn listen(
 fn serve<R, W>(
     protocol: Protocol,
     timeout: Duration,
+    spawn: bool,
     read: R,
     write: W,
     connections: &Arc<Connections>,
@@ -201,12 +204,12 @@ fn serve<R, W>(
     match protocol {
         Protocol::Lsp => {
             let stack = CancelStack::new(Lsp.server_cancellable([WORK_METHOD])).timeout(timeout);
-            let server = Server::new(stack.layer(service_fn(handle)));
+            let server = Server::new(stack.layer(service_fn(handle))).spawn_requests(spawn);
             spawn_served(server, read, write, Framing::ContentLength, connections);
         }
         Protocol::Mcp => {
             let stack = CancelStack::mcp().timeout(timeout);
-            let server = Server::new(stack.layer(service_fn(handle)));
+            let server = Server::new(stack.layer(service_fn(handle))).spawn_requests(spawn);
             spawn_served(server, read, write, Framing::Ndjson, connections);
         }
     }
