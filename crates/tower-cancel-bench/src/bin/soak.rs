@@ -192,7 +192,15 @@ async fn soak(args: Args) -> Vec<String> {
         } else {
             Endpoint::Unix(dir.join(format!("{}.sock", name(protocol).to_lowercase())))
         };
-        match listen(protocol, endpoint, args.timeout, args.spawn, connections.clone()).await {
+        match listen(
+            protocol,
+            endpoint,
+            args.timeout,
+            args.spawn,
+            connections.clone(),
+        )
+        .await
+        {
             Ok(endpoint) => endpoints.push((protocol, endpoint)),
             Err(error) => return vec![format!("listening for {}: {error}", name(protocol))],
         };
