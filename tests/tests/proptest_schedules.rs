@@ -15,6 +15,13 @@
 //! closes ([`Ending::Eof`]), or drops both sides at once ([`Ending::Vanish`]). The ACP draft's cases first complete
 //! `initialize`, declaring the capability, since nothing is cancellable before it.
 //!
+//! # Two connections of one scope
+//!
+//! For LSP and MCP each case also runs on two connections sharing one registry, at the same time and with the same
+//! ids: A plays the case, B the case without its cancels. Each is checked against its own schedule's oracle, as if
+//! alone: a cancel of A never reaches B's request of the same id (in flight or still to come), an id in flight on
+//! A is no duplicate on B, closing A touches nothing of B; and the shared counters add up to both.
+//!
 //! Each case runs on a runtime of its own whose clock is paused: time only moves when every task is idle, straight
 //! to the next timer, so every instant below is an exact number of virtual milliseconds and no case waits on the
 //! wall clock.
@@ -78,7 +85,7 @@ use tokio::{io::BufReader, sync::mpsc, task::JoinHandle, time::Instant};
 use tower::Layer;
 use tower_cancel::{
     dialect::{Acp, AcpDraft, Lsp, Mcp},
-    CancelReason, CancelStack, Dialect, Id, Peer,
+    CancelReason, CancelStack, Dialect, Id, Peer, Registry,
 };
 use tower_cancel_io::{Framing, Server};
 
@@ -131,6 +138,16 @@ proptest! {
     #[test]
     fn mcp_schedules(case in case()) {
         check_case(Protocol::Mcp, &case)?;
+    }
+
+    #[test]
+    fn lsp_schedules_on_two_connections_of_one_scope(case in case()) {
+        check_shared_case(Protocol::Lsp, &case)?;
+    }
+
+    #[test]
+    fn mcp_schedules_on_two_connections_of_one_scope(case in case()) {
+        check_shared_case(Protocol::Mcp, &case)?;
     }
 }
 
@@ -988,10 +1005,74 @@ fn check_case(protocol: Protocol, case: &Case) -> Result<(), TestCaseError> {
     })
 }
 
+/// Two connections sharing one registry, each playing its schedule at the same time with the same ids: A the
+/// case, B the case without its cancels. Each must see exactly what it would see alone (A's cancels never reach
+/// B's requests, remembered or in flight), and the shared counters add up to both.
+fn check_shared_case(protocol: Protocol, case: &Case) -> Result<(), TestCaseError> {
+    let plan_a = Plan::new(protocol, case);
+    let without_cancels = Case {
+        steps: case
+            .steps
+            .iter()
+            .filter(|step| !matches!(step, Step::Cancel { .. }))
+            .cloned()
+            .collect(),
+        ..case.clone()
+    };
+    let plan_b = Plan::new(protocol, &without_cancels);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("a runtime");
+    let (a, b) = runtime.block_on(play_shared(&plan_a, &plan_b));
+    let checked = check_requests(&plan_a, &a).and_then(|totals_a| {
+        let totals_b =
+            check_requests(&plan_b, &b).map_err(|failure| format!("connection B: {failure}"))?;
+        // The registry's counters are the scope's: both connections' requests.
+        check_tables(&a, &totals_a.plus(&totals_b))?;
+        if b.running != 0 || !b.notifications.is_empty() {
+            return Err(format!(
+                "connection B: {} handlers still running, cancels reaching the handler: {:?}",
+                b.running, b.notifications
+            ));
+        }
+        Ok(())
+    });
+    checked.map_err(|failure| {
+        TestCaseError::fail(format!(
+            "{failure}\n\nA: {}\nB: {}\nconnection A: {a:#?}\nconnection B: {b:#?}",
+            Timeline(&plan_a),
+            Timeline(&plan_b)
+        ))
+    })
+}
+
+async fn play_shared(plan_a: &Plan, plan_b: &Plan) -> (Observed, Observed) {
+    let registry = Registry::new();
+    let (probe_a, probe_b) = (Probe::new(), Probe::new());
+    let a = Client::start_in(plan_a.protocol, plan_a.stack, &probe_a, Some(&registry));
+    let b = Client::start_in(plan_b.protocol, plan_b.stack, &probe_b, Some(&registry));
+    let (mut seen_a, mut seen_b) = tokio::join!(
+        play_on(plan_a, a, &probe_a, &registry),
+        play_on(plan_b, b, &probe_b, &registry)
+    );
+    assert!(registry.is_empty(), "the shared registry: {registry:?}");
+    // The counters are the scope's: read once both connections are done.
+    seen_a.counts = Counts::of(&registry);
+    seen_b.counts = seen_a.counts;
+    (seen_a, seen_b)
+}
+
 async fn play(plan: &Plan) -> Observed {
     let probe = Probe::new();
-    let mut client = Client::start(plan.protocol, plan.stack, &probe);
+    let client = Client::start(plan.protocol, plan.stack, &probe);
     let registry = client.conn.registry().clone();
+    play_on(plan, client, &probe, &registry).await
+}
+
+/// Play `plan` through `client`, whose server's handler is `probe` and whose registry is `registry`.
+async fn play_on(plan: &Plan, mut client: Client, probe: &Probe, registry: &Registry) -> Observed {
     if plan.protocol == Protocol::AcpDraft {
         client.initialize_draft().await;
     }
@@ -1009,6 +1090,17 @@ async fn play(plan: &Plan) -> Observed {
         Ending::Eof => client.close().await,
         Ending::Vanish => client.vanish().await,
     };
+    observed(plan, frames, probe, registry, &peer)
+}
+
+/// What one connection saw of the schedule.
+fn observed(
+    plan: &Plan,
+    frames: Vec<Frame>,
+    probe: &Probe,
+    registry: &Registry,
+    peer: &Peer,
+) -> Observed {
     // The ACP draft's `initialize` (id 0) is the prelude, not part of the schedule.
     let of_schedule = |id: &Id| !(plan.protocol == Protocol::AcpDraft && *id == Id::Number(0));
     Observed {
@@ -1025,8 +1117,8 @@ async fn play(plan: &Plan) -> Observed {
             .collect(),
         running: probe.running(),
         notifications: probe.notifications(),
-        counts: Counts::of(&registry),
-        peer: PeerCounts::of(&peer),
+        counts: Counts::of(registry),
+        peer: PeerCounts::of(peer),
     }
 }
 
@@ -1042,22 +1134,41 @@ struct Client {
 
 impl Client {
     fn start(protocol: Protocol, stack: Stack, probe: &Probe) -> Self {
+        Self::start_in(protocol, stack, probe, None)
+    }
+
+    /// A client of a connection whose scope's registry is `shared` (when given) with other connections.
+    fn start_in(
+        protocol: Protocol,
+        stack: Stack,
+        probe: &Probe,
+        shared: Option<&Registry>,
+    ) -> Self {
         let framing = protocol.framing();
         match protocol {
-            Protocol::Lsp => Self::serve(Lsp, stack, probe, framing),
-            Protocol::Acp => Self::serve(Acp, stack, probe, framing),
-            Protocol::AcpDraft => Self::serve(AcpDraft::new(), stack, probe, framing),
-            Protocol::Mcp => Self::serve(Mcp, stack, probe, framing),
+            Protocol::Lsp => Self::serve(Lsp, stack, probe, framing, shared),
+            Protocol::Acp => Self::serve(Acp, stack, probe, framing, shared),
+            Protocol::AcpDraft => Self::serve(AcpDraft::new(), stack, probe, framing, shared),
+            Protocol::Mcp => Self::serve(Mcp, stack, probe, framing, shared),
         }
     }
 
-    fn serve<D>(dialect: D, stack: Stack, probe: &Probe, framing: Framing) -> Self
+    fn serve<D>(
+        dialect: D,
+        stack: Stack,
+        probe: &Probe,
+        framing: Framing,
+        shared: Option<&Registry>,
+    ) -> Self
     where
         D: Dialect,
         CancelStack<D>: Layer<Handler>,
         <CancelStack<D> as Layer<Handler>>::Service: Served,
     {
-        let server = Server::with_stack(stack.build(dialect), probe.service());
+        let mut server = Server::with_stack(stack.build(dialect), probe.service());
+        if let Some(registry) = shared {
+            server = server.with_registry(registry.clone());
+        }
         let peer = server.peer().expect("the stack's dialect gives a peer");
         let (client_out, server_in) = tokio::io::duplex(PIPE_SIZE);
         let (server_out, client_in) = tokio::io::duplex(PIPE_SIZE);
@@ -1068,6 +1179,11 @@ impl Client {
             (server_in, server_out),
             (tokio::io::empty(), client_out),
         );
+        let conn = if shared.is_some() {
+            conn.sharing_scope()
+        } else {
+            conn
+        };
         let (tx, frames) = mpsc::unbounded_channel();
         let began = Instant::now();
         let reader = tokio::spawn(async move {
@@ -1151,6 +1267,15 @@ struct Totals {
 }
 
 impl Totals {
+    /// The ranges of two connections' requests together.
+    fn plus(&self, other: &Totals) -> Totals {
+        let sum = |a: (u64, u64), b: (u64, u64)| (a.0 + b.0, a.1 + b.1);
+        Totals {
+            registered: sum(self.registered, other.registered),
+            completed: sum(self.completed, other.completed),
+        }
+    }
+
     fn add(&mut self, admitted: &[&Fate]) {
         let add = |range: &mut (u64, u64), of: &dyn Fn(&Fate) -> bool| {
             range.0 += u64::from(admitted.iter().all(|fate| of(fate)));
@@ -1162,6 +1287,13 @@ impl Totals {
 }
 
 fn check(plan: &Plan, observed: &Observed) -> Result<(), String> {
+    let totals = check_requests(plan, observed)?;
+    check_tables(observed, &totals)
+}
+
+/// Every request's replies, handler and nested call against its legal fates, and the peer's counters; gives the
+/// ranges the registry's counters must fall in.
+fn check_requests(plan: &Plan, observed: &Observed) -> Result<Totals, String> {
     let mut wire = Wire::sort(plan, &observed.frames)?;
     let nested_requests = wire.nested.len();
     check_duplicates(plan, &mut wire.replies)?;
@@ -1213,7 +1345,7 @@ fn check(plan: &Plan, observed: &Observed) -> Result<(), String> {
         return Err(format!("a handler ran for no request: {stray:?}"));
     }
     check_peer(plan, observed, nested_requests)?;
-    check_tables(observed, &totals)
+    Ok(totals)
 }
 
 /// The frames the client read, sorted out.
