@@ -234,16 +234,9 @@ where
             }
         };
         let initializes = req.method() == "initialize";
-        req.set_context(RequestContext::new(
-            lifecycle.clone(),
-            Some(self.progress.clone()),
-        ));
-        let settlement = Settlement::new(
-            lifecycle,
-            registration,
-            span,
-            DialectLabel::new(self.dialect.name()),
-        );
+        req.set_context(RequestContext::new(lifecycle, Some(self.progress.clone())));
+        let settlement =
+            Settlement::new(registration, span, DialectLabel::new(self.dialect.name()));
         ResponseFuture::racing(
             Dispatch::new(inner, req),
             settlement,

@@ -1,7 +1,7 @@
 //! The end of a request: its registry entry let go of, then how it ended reported (its span's `outcome`, the
 //! metrics), exactly once, whether its response future resolved or was dropped.
 
-use std::{fmt, sync::Arc};
+use std::fmt;
 
 use tracing::{span::Entered, Span};
 
@@ -35,7 +35,6 @@ pub(super) fn record_outcome(span: &Span, outcome: &str, reason: Option<&str>) {
 
 /// A registered request until it settles. Dropping it unsettled (its response future dropped) settles it too.
 pub(super) struct Settlement {
-    lifecycle: Arc<Lifecycle>,
     // `None` once settled: dropping it removes the entry (and cancels a request nobody will read).
     registration: Option<Registration>,
     // Kept only when a subscriber enabled it: a disabled span is five words the request would carry for nothing,
@@ -46,25 +45,23 @@ pub(super) struct Settlement {
 }
 
 impl Settlement {
-    pub(super) fn new(
-        lifecycle: Arc<Lifecycle>,
-        registration: Registration,
-        span: Span,
-        dialect: DialectLabel,
-    ) -> Self {
-        if lifecycle.is_cancellable() {
+    pub(super) fn new(registration: Registration, span: Span, dialect: DialectLabel) -> Self {
+        if registration.lifecycle().is_cancellable() {
             metrics::registered(dialect);
         }
         Self {
-            lifecycle,
             registration: Some(registration),
             span: (!span.is_disabled()).then(|| Box::new(span)),
             dialect,
         }
     }
 
+    /// The request's lifecycle, until it settles.
     pub(super) fn lifecycle(&self) -> &Lifecycle {
-        &self.lifecycle
+        self.registration
+            .as_ref()
+            .expect("polled after settling")
+            .lifecycle()
     }
 
     /// The connection the request came through, until it settles.
@@ -83,14 +80,19 @@ impl Settlement {
     }
 
     fn end(&mut self, output: Option<Result<(), &BoxError>>) {
-        if self.registration.take().is_none() {
+        let Some(registration) = &self.registration else {
             return;
-        }
+        };
+        // Settled first (a future dropped unsettled is cancelled), so that the outcome read below is the final one;
+        // the entry goes when the registration is dropped, after.
+        registration.let_go();
+        let lifecycle = registration.lifecycle();
         if let Some(span) = &self.span {
-            let (outcome, reason) = outcome(&self.lifecycle, output);
+            let (outcome, reason) = outcome(lifecycle, output);
             record_outcome(span, outcome, reason);
         }
-        metrics::settled(self.dialect, &self.lifecycle);
+        metrics::settled(self.dialect, lifecycle);
+        self.registration = None;
     }
 }
 
@@ -104,7 +106,10 @@ impl Drop for Settlement {
 impl fmt::Debug for Settlement {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Settlement")
-            .field("id", self.lifecycle.id())
+            .field(
+                "id",
+                &self.registration.as_ref().map(|r| r.lifecycle().id()),
+            )
             .field("settled", &self.registration.is_none())
             .finish()
     }

@@ -205,19 +205,30 @@ impl Registration {
     pub(crate) fn connection(&self) -> &Connection {
         &self.connection
     }
-}
 
-impl Drop for Registration {
-    fn drop(&mut self) {
+    pub(crate) fn lifecycle(&self) -> &Lifecycle {
+        &self.lifecycle
+    }
+
+    /// Settle the request if nobody settled it: its outcome was taken, or nobody will ever read it. Done by the
+    /// drop too; calling it first lets the caller see how the request ended before the entry goes.
+    pub(crate) fn let_go(&self) {
         let lifecycle = &self.lifecycle;
         if !lifecycle.is_cancellable() {
-            // Its outcome was taken, or nobody will read it: either way it is over (progress stops).
+            // Either way it is over (progress stops).
             lifecycle.complete();
         } else if !lifecycle.is_completed() {
             // Dropped unsettled means nobody will ever read the handler's outcome (the response future was
             // dropped): settle it as cancelled so the token fires and sub-tasks stop too.
             lifecycle.cancel(CancelReason::local("response future dropped"));
         }
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.let_go();
+        let lifecycle = &self.lifecycle;
         self.connection.registry().remove(lifecycle);
         if lifecycle.is_cancellable() {
             self.connection
