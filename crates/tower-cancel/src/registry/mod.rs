@@ -360,26 +360,28 @@ impl Registry {
         }
         let mut tables = self.lock();
         let id = lifecycle.id();
-        let Entry::Occupied(mut entry) = tables.in_flight.entry(id.clone()) else {
+        // One hash and no copy of the id in the common case: take the slot out, put back what is not ours.
+        let Some(slot) = tables.in_flight.remove(id) else {
             return;
         };
-        let removed = match entry.get_mut() {
-            Slot::One(one) if Arc::ptr_eq(one, lifecycle) => {
-                entry.remove();
-                true
-            }
-            Slot::One(_) => false,
-            Slot::Many(many) => {
+        let (removed, rest) = match slot {
+            Slot::One(one) if Arc::ptr_eq(&one, lifecycle) => (true, None),
+            one @ Slot::One(_) => (false, Some(one)),
+            Slot::Many(mut many) => {
                 let before = many.len();
                 many.retain(|other| !Arc::ptr_eq(other, lifecycle));
                 let removed = many.len() < before;
-                if many.len() == 1 {
-                    let last = many.pop().expect("one left");
-                    *entry.get_mut() = Slot::One(last);
-                }
-                removed
+                let rest = match many.len() {
+                    0 => None,
+                    1 => many.pop().map(Slot::One),
+                    _ => Some(Slot::Many(many)),
+                };
+                (removed, rest)
             }
         };
+        if let Some(rest) = rest {
+            tables.in_flight.insert(id.clone(), rest);
+        }
         if removed {
             tables.len -= 1;
         }
