@@ -6,7 +6,10 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tests::{ms, Conn, Counts, End, Ended, Probe, Spoken};
 use tower::{service_fn, ServiceBuilder};
-use tower_cancel::{BoxError, CancelReason, CancelStack, Request};
+use tower_cancel::{
+    dialect::{Lsp, Mcp},
+    BoxError, CancelReason, CancelStack, Request,
+};
 use tower_cancel_io::{Framing, Server};
 
 /// What LSP answers request 7 once a cancel settled it (MCP answers nothing).
@@ -114,38 +117,34 @@ fn panics_after_cancel<D: Spoken>(stack: CancelStack<D>) -> Conn {
     Conn::start(Server::new(service), D::FRAMING)
 }
 
+/// Request 7 (`work`) runs; after a round trip (it has been read, registered and polled) the peer cancels it: the
+/// replies the server writes for it before the next round trip's. Then the connection closes, its counters checked.
+async fn replies_to_7_after_the_peers_cancel<D: Spoken>(mut conn: Conn) -> Vec<String> {
+    conn.send(r#"{"jsonrpc":"2.0","id":7,"method":"work"}"#)
+        .await;
+    conn.send(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#)
+        .await;
+    conn.expect(r#"{"jsonrpc":"2.0","id":1,"result":"ok"}"#)
+        .await;
+    conn.send(&D::cancel_frame(7)).await;
+    let replies = conn
+        .replies_until(
+            r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","id":2,"result":"ok"}"#,
+        )
+        .await;
+    conn.finish_counting(Counts::new(3, 2, 1)).await;
+    replies
+}
+
 /// Cooperative mode: the handler panics after the peer's cancel. The cancel settled the request first, so its
 /// answer is the cancel's: nothing at all in MCP, -32800 in LSP (never -32603).
 #[tokio::test(start_paused = true)]
 async fn a_handler_panicking_after_the_peers_cancel_is_answered_as_cancelled() {
-    /// The replies written for request 7 after the peer cancelled it.
-    async fn after_the_cancel<D: Spoken>(stack: CancelStack<D>) -> Vec<String> {
-        let mut conn = panics_after_cancel(stack);
-        conn.send(r#"{"jsonrpc":"2.0","id":7,"method":"work"}"#)
-            .await;
-        // A round trip: request 7 has been read, registered and polled.
-        conn.send(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#)
-            .await;
-        conn.expect(r#"{"jsonrpc":"2.0","id":1,"result":"ok"}"#)
-            .await;
-        conn.send(&D::cancel_frame(7)).await;
-        let replies = conn
-            .replies_until(
-                r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#,
-                r#"{"jsonrpc":"2.0","id":2,"result":"ok"}"#,
-            )
-            .await;
-        conn.finish_counting(Counts::new(3, 2, 1)).await;
-        replies
-    }
-    assert_eq!(
-        after_the_cancel(CancelStack::mcp()).await,
-        Vec::<String>::new()
-    );
-    assert_eq!(
-        after_the_cancel(CancelStack::lsp()).await,
-        [LSP_CANCELLED_7]
-    );
+    let mcp = replies_to_7_after_the_peers_cancel::<Mcp>(panics_after_cancel(CancelStack::mcp()));
+    assert_eq!(mcp.await, Vec::<String>::new());
+    let lsp = replies_to_7_after_the_peers_cancel::<Lsp>(panics_after_cancel(CancelStack::lsp()));
+    assert_eq!(lsp.await, [LSP_CANCELLED_7]);
 }
 
 /// Abort mode, the race a panic on one thread can lose to a cancel on another, made deterministic: the handler's
@@ -211,36 +210,31 @@ impl Drop for PanicsOnDrop {
     }
 }
 
-/// A handler that never answers and panics when it is dropped.
-async fn hangs_and_panics_on_drop(_req: Request) -> Result<Value, BoxError> {
+/// A handler that answers `ping` and never answers anything else, panicking when it is dropped.
+async fn hangs_and_panics_on_drop(req: Request) -> Result<Value, BoxError> {
+    if req.method() == "ping" {
+        return Ok(json!("ok"));
+    }
     let _guard = PanicsOnDrop;
     std::future::pending().await
+}
+
+/// [`hangs_and_panics_on_drop`] behind `stack`.
+fn panics_on_drop<D: Spoken>(stack: CancelStack<D>) -> Conn {
+    let service = ServiceBuilder::new()
+        .layer(stack)
+        .service(service_fn(hangs_and_panics_on_drop));
+    Conn::start(Server::new(service), D::FRAMING)
 }
 
 /// The cancel won before the handler was dropped: its destructor's panic changes nothing (MCP: no reply; LSP:
 /// -32800), and the connection goes on.
 #[tokio::test(start_paused = true)]
 async fn a_handler_whose_drop_panics_after_a_cancel_is_answered_as_cancelled() {
-    async fn after_the_cancel<D: Spoken>(stack: CancelStack<D>) -> Vec<String> {
-        let service = ServiceBuilder::new()
-            .layer(stack)
-            .service(service_fn(hangs_and_panics_on_drop));
-        let mut conn = Conn::start(Server::new(service), D::FRAMING);
-        conn.send(r#"{"jsonrpc":"2.0","id":7,"method":"work"}"#)
-            .await;
-        tokio::time::sleep(ms(10)).await;
-        conn.send(&D::cancel_frame(7)).await;
-        tokio::time::sleep(ms(10)).await;
-        conn.finish().await
-    }
-    assert_eq!(
-        after_the_cancel(CancelStack::mcp()).await,
-        Vec::<String>::new()
-    );
-    assert_eq!(
-        after_the_cancel(CancelStack::lsp()).await,
-        [LSP_CANCELLED_7]
-    );
+    let mcp = replies_to_7_after_the_peers_cancel::<Mcp>(panics_on_drop(CancelStack::mcp()));
+    assert_eq!(mcp.await, Vec::<String>::new());
+    let lsp = replies_to_7_after_the_peers_cancel::<Lsp>(panics_on_drop(CancelStack::lsp()));
+    assert_eq!(lsp.await, [LSP_CANCELLED_7]);
 }
 
 /// `initialize` cannot be cancelled, so it is dropped after the close grace; its destructor's panic does not make
