@@ -29,6 +29,9 @@ pub struct Connection {
 struct Inner {
     // Tags this connection's requests in the scope's registry; never `WHOLE_SCOPE`.
     key: u64,
+    // What the peer's cancel messages reach: `key` (this connection's requests), or `WHOLE_SCOPE` for an
+    // exchange, whose ids are the scope's (an HTTP session's POSTs).
+    cancels: u64,
     scope: Scope,
     outbox: Outbox,
     session: Arc<SessionState>,
@@ -50,18 +53,33 @@ pub enum Incoming {
     Consumed,
 }
 
+/// What a connection's peer cancels reach.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Cancels {
+    /// The connection's own requests: a stream connection, whose ids are its own.
+    Own,
+    /// Every request of the scope: one exchange of a session whose ids are the session's.
+    Scope,
+}
+
 /// Connection keys are unique in the process, so connections of one scope never share one.
 static NEXT_KEY: AtomicU64 = AtomicU64::new(WHOLE_SCOPE + 1);
 
 impl Connection {
-    pub(crate) fn new(scope: Scope, outbox: Outbox) -> Self {
+    pub(crate) fn new(scope: Scope, outbox: Outbox, cancels: Cancels) -> Self {
+        let key = NEXT_KEY.fetch_add(1, Ordering::Relaxed);
+        let cancels = match cancels {
+            Cancels::Own => key,
+            Cancels::Scope => WHOLE_SCOPE,
+        };
         let session = Arc::new(SessionState::default());
         let peer = scope
             .dialect()
             .map(|dialect| Peer::with_session(dialect.clone(), outbox.clone(), session.clone()));
         Self {
             inner: Arc::new(Inner {
-                key: NEXT_KEY.fetch_add(1, Ordering::Relaxed),
+                key,
+                cancels,
                 scope,
                 outbox,
                 session,
@@ -106,12 +124,13 @@ impl Connection {
         request.set_connection(self.clone());
     }
 
-    /// A peer's cancel message: cancel this connection's request `id`, or remember the cancel for it.
+    /// A peer's cancel message: cancel this connection's request `id`, or remember the cancel for it. On an
+    /// [exchange](Scope::exchange) the cancel reaches the request `id` of the whole scope instead.
     pub fn cancel(&self, id: &Id, reason: CancelReason) -> CancelOutcome {
         self.inner
             .scope
             .registry()
-            .cancel_in(self.inner.key, id, reason)
+            .cancel_in(self.inner.cancels, id, reason)
     }
 
     /// The other side is gone, or this side is done: cancel every request of this connection with `reason`, refuse

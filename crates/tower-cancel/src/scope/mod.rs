@@ -20,7 +20,8 @@
 //!
 //! - ids are per connection: the same id in flight on two connections is two requests, and only a second one on
 //!   the same connection is a duplicate (-32600);
-//! - a peer's cancel message reaches the request of that id on its own connection ([`Connection::cancel`]);
+//! - a peer's cancel message reaches the request of that id on its own connection ([`Connection::cancel`]),
+//!   except on an [exchange](Scope::exchange) (an HTTP request of a session), whose cancels reach the whole scope;
 //!   [`Scope::cancel`] reaches every request of that id in the scope (a cancel for the whole scope, such as one
 //!   an HTTP principal posts separately, or another replica's);
 //! - closing or shutting down a connection ([`Connection::close`], [`Connection::refuse_new`]) touches only that
@@ -82,7 +83,7 @@ use crate::{
     peer::PeerDialect,
     registry::{CancelOutcome, Registry},
 };
-pub(crate) use connection::Registration;
+pub(crate) use connection::{Cancels, Registration};
 
 /// What a cancel can reach: a registry of requests in flight, and the dialect its connections' peers speak.
 /// Cloning gives another handle to the same scope.
@@ -119,9 +120,19 @@ impl Scope {
         &self.registry
     }
 
-    /// A new connection of this scope, sending through `outbox`.
+    /// A new connection of this scope, sending through `outbox`. Its ids are its own: the peer's cancels sent on
+    /// it reach its requests only.
     pub fn connect(&self, outbox: Outbox) -> Connection {
-        Connection::new(self.clone(), outbox)
+        Connection::new(self.clone(), outbox, Cancels::Own)
+    }
+
+    /// A new exchange of this scope, sending through `outbox`: one HTTP request of a session or a principal,
+    /// whose ids are the scope's. A peer's cancel that arrives on it reaches the request of that id anywhere in
+    /// the scope (usually on another exchange: the client POSTs its cancel separately), or is remembered for the
+    /// scope when that request has not arrived yet. Closing it touches its own requests only, as for a
+    /// connection: a client that hangs up on one HTTP request cancels what that request carried.
+    pub fn exchange(&self, outbox: Outbox) -> Connection {
+        Connection::new(self.clone(), outbox, Cancels::Scope)
     }
 
     /// Cancel every request `id` in flight in the scope, on any connection, or remember the cancel for the
