@@ -1,0 +1,101 @@
+//! Reading a POST's body: its size bounded, its content type checked, its JSON-RPC messages parsed.
+
+use axum::body::Body;
+use bytes::Bytes;
+use http::{header, HeaderMap, StatusCode};
+use serde_json::value::RawValue;
+use tower_cancel::{message::InvalidMessage, ErrorObject, Message};
+
+/// The largest body read by default: 4 MiB, as the stream transports' frame limit.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+
+/// What a POST carried.
+#[derive(Debug)]
+pub(crate) enum Messages {
+    /// One message, or what made it unreadable.
+    One(Result<Message, InvalidMessage>),
+    /// A batch: each element parsed on its own (a bad element is answered, the others are served).
+    Batch(Vec<Result<Message, InvalidMessage>>),
+}
+
+/// Why a body was refused before any JSON-RPC reply could be made.
+#[derive(Debug)]
+pub(crate) struct Refused {
+    pub(crate) status: StatusCode,
+    pub(crate) detail: &'static str,
+}
+
+/// Read the body, at most `limit` bytes of it.
+pub(crate) async fn read(body: Body, limit: usize) -> Result<Bytes, Refused> {
+    axum::body::to_bytes(body, limit).await.map_err(|error| {
+        let too_large = std::error::Error::source(&error)
+            .is_some_and(|source| source.is::<http_body_util::LengthLimitError>());
+        if too_large {
+            Refused {
+                status: StatusCode::PAYLOAD_TOO_LARGE,
+                detail: "the body is over the size limit",
+            }
+        } else {
+            Refused {
+                status: StatusCode::BAD_REQUEST,
+                detail: "the body could not be read",
+            }
+        }
+    })
+}
+
+/// `Content-Type` must be JSON (parameters such as `charset` allowed).
+pub(crate) fn check_json(headers: &HeaderMap) -> Result<(), Refused> {
+    let json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.split(';').next())
+        .is_some_and(|essence| essence.trim().eq_ignore_ascii_case("application/json"));
+    if json {
+        Ok(())
+    } else {
+        Err(Refused {
+            status: StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            detail: "Content-Type must be application/json",
+        })
+    }
+}
+
+/// Parse the body's messages. A JSON array is a batch when `batches` allows it, and one invalid request
+/// (-32600) otherwise; an empty batch is one invalid request, as JSON-RPC 2.0 says.
+pub(crate) fn parse(bytes: &[u8], batches: bool) -> Messages {
+    if !is_array(bytes) || !batches {
+        return Messages::One(Message::from_slice(bytes));
+    }
+    match serde_json::from_slice::<Vec<&RawValue>>(bytes) {
+        Ok(elements) if elements.is_empty() => Messages::One(Err(InvalidMessage {
+            id: None,
+            error: ErrorObject::invalid_request("an empty batch"),
+        })),
+        Ok(elements) => Messages::Batch(
+            elements
+                .into_iter()
+                .map(|element| {
+                    if is_array(element.get().as_bytes()) {
+                        // A batch inside a batch is not a message.
+                        Err(InvalidMessage {
+                            id: None,
+                            error: ErrorObject::invalid_request("a batch inside a batch"),
+                        })
+                    } else {
+                        Message::from_slice(element.get().as_bytes())
+                    }
+                })
+                .collect(),
+        ),
+        // Not JSON, or an array that does not close: the whole body is unreadable.
+        Err(_) => Messages::One(Message::from_slice(bytes)),
+    }
+}
+
+fn is_array(bytes: &[u8]) -> bool {
+    bytes
+        .iter()
+        .find(|byte| !byte.is_ascii_whitespace())
+        .is_some_and(|&byte| byte == b'[')
+}

@@ -1,0 +1,292 @@
+//! JSON-RPC over HTTP: one request (or batch) per POST, the reply in the response body.
+//!
+//! [`JsonRpc`] serves a [`CancelStack`](tower_cancel::CancelStack) (or any [`RpcService`]) as a
+//! `tower::Service` of HTTP requests, to mount at a path of an axum `Router`:
+//!
+//! ```
+//! use axum::{routing::{get, post_service}, Router};
+//! use serde_json::{json, Value};
+//! use tower::{service_fn, ServiceBuilder};
+//! use tower_cancel::{BoxError, CancelStack, Request};
+//! use tower_cancel_http::JsonRpc;
+//!
+//! let stack = ServiceBuilder::new()
+//!     .layer(CancelStack::lsp())
+//!     .service(service_fn(|req: Request| async move {
+//!         Ok::<Value, BoxError>(json!({ "method": req.method() }))
+//!     }));
+//! let app: Router = Router::new()
+//!     .route("/rpc", post_service(JsonRpc::new(stack)))
+//!     .route("/health", get(|| async { "ok" }));
+//! # let _ = app;
+//! ```
+//!
+//! # What the client sees
+//!
+//! | the POST | the answer |
+//! |---|---|
+//! | a request | 200, its reply as JSON (an error reply too: JSON-RPC errors are not HTTP errors) |
+//! | a batch (a JSON array) | 200, the array of the replies its requests have; 204 when none has one |
+//! | a notification, a cancel, a reply | 204, no body |
+//! | bytes that are not JSON / JSON that is not a message / `[]` | 200 with -32700 / -32600 / -32600 |
+//! | a `Content-Type` other than JSON | 415 |
+//! | a body over [`max_body_bytes`](JsonRpc::max_body_bytes) | 413 |
+//! | a method other than POST | 405 |
+//!
+//! # Cancellation
+//!
+//! - **The client hangs up**: hyper drops the response, and every request of that POST still in flight is
+//!   cancelled with reason `Disconnect`: its handler is stopped (its future dropped, or its token fired in
+//!   cooperative mode). [`cancel_on_disconnect(false)`](JsonRpc::cancel_on_disconnect) lets them run to their
+//!   end instead (their replies are dropped).
+//! - **A cancel message** (the stack's dialect's: `$/cancelRequest` for LSP) reaches only requests of its own
+//!   scope. By default each POST is a scope of its own, so a cancel POSTed separately reaches nothing: an
+//!   anonymous caller can never cancel another's work. With [`scope_by_principal`](JsonRpc::scope_by_principal),
+//!   the POSTs of one authenticated principal (a value your auth layer put in the request's extensions) share
+//!   a scope: a cancel one of them POSTs reaches that principal's request of that id, on any POST, and never
+//!   another principal's; a cancel that arrives before its request is remembered for a while.
+//! - A timeout of the stack, a panic, a readiness failure: answered as over any transport.
+//!
+//! The HTTP request's extensions (a principal, for one) are copied into each JSON-RPC request's extensions,
+//! with the request's headers (`http::HeaderMap`), for the handler to read.
+
+mod principal;
+
+use std::{
+    convert::Infallible,
+    fmt,
+    future::Future,
+    pin::Pin,
+    sync::Arc,
+    task::{Context, Poll},
+    time::Duration,
+};
+
+use axum::{
+    body::Body,
+    response::{IntoResponse, Response as HttpResponse},
+};
+use http::{header, HeaderValue, Method, StatusCode};
+use tower_cancel::{scope::Incoming, Outbox, Response, Scope};
+use tower_service::Service;
+
+use self::principal::{Principals, PrincipalScopes};
+use crate::{
+    body::{self, Messages, DEFAULT_MAX_BODY_BYTES},
+    call::{self, HangUp, RpcService, Running},
+};
+
+/// How long a principal's scope is kept after its last request ended (for cancels that come late or early).
+pub const DEFAULT_PRINCIPAL_LINGER: Duration = Duration::from_secs(60);
+
+/// Serves a JSON-RPC service over HTTP POST, turning a client's hang-up into a cancel. See the
+/// [module docs](self).
+pub struct JsonRpc<S> {
+    service: S,
+    config: Arc<Config>,
+}
+
+struct Config {
+    running: Running,
+    cancel_on_disconnect: bool,
+    max_body_bytes: usize,
+    principals: Option<Box<dyn Principals>>,
+}
+
+impl<S> JsonRpc<S> {
+    /// Serve `service`: each POST a scope of its own, a hang-up a cancel, bodies up to
+    /// [`DEFAULT_MAX_BODY_BYTES`].
+    pub fn new(service: S) -> Self {
+        Self {
+            service,
+            config: Arc::new(Config {
+                running: Running::default(),
+                cancel_on_disconnect: true,
+                max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+                principals: None,
+            }),
+        }
+    }
+
+    /// Whether a client that hangs up before its reply cancels its requests (reason `Disconnect`). On by
+    /// default; off, they run to their end and their replies are dropped.
+    pub fn cancel_on_disconnect(mut self, cancels: bool) -> Self {
+        self.config_mut().cancel_on_disconnect = cancels;
+        self
+    }
+
+    /// The largest body accepted (413 above it).
+    pub fn max_body_bytes(mut self, bytes: usize) -> Self {
+        self.config_mut().max_body_bytes = bytes;
+        self
+    }
+
+    /// Scope cancels by principal: the POSTs whose HTTP request carries the same `P` in its extensions (put
+    /// there by an auth layer) share a scope, so that a cancel one of them POSTs reaches the principal's request
+    /// of that id. A POST without a `P` is a scope of its own. A principal's scope is kept for
+    /// [`DEFAULT_PRINCIPAL_LINGER`] after its last request, so that a cancel POSTed just before its request, or
+    /// just after it ended, finds it.
+    pub fn scope_by_principal<P>(self) -> Self
+    where
+        P: Clone + Eq + std::hash::Hash + Send + Sync + 'static,
+    {
+        self.scope_by_principal_with::<P>(DEFAULT_PRINCIPAL_LINGER, 100_000)
+    }
+
+    /// [`scope_by_principal`](Self::scope_by_principal) with how long an idle principal's scope is kept and
+    /// how many principals' scopes are kept at most (a POST of a principal beyond them gets 503).
+    pub fn scope_by_principal_with<P>(mut self, linger: Duration, max_principals: usize) -> Self
+    where
+        P: Clone + Eq + std::hash::Hash + Send + Sync + 'static,
+    {
+        self.config_mut().principals =
+            Some(Box::new(PrincipalScopes::<P>::new(linger, max_principals)));
+        self
+    }
+
+    /// How many requests are running now, over every POST (each runs on a task of its own until it is settled).
+    /// Zero means no request of this endpoint holds a registry entry.
+    pub fn in_flight(&self) -> usize {
+        self.config.running.get()
+    }
+
+    /// The service served.
+    pub fn get_ref(&self) -> &S {
+        &self.service
+    }
+
+    fn config_mut(&mut self) -> &mut Config {
+        Arc::get_mut(&mut self.config).expect("configured before it is cloned")
+    }
+}
+
+impl<S: Clone> Clone for JsonRpc<S> {
+    fn clone(&self) -> Self {
+        Self {
+            service: self.service.clone(),
+            config: self.config.clone(),
+        }
+    }
+}
+
+impl<S> fmt::Debug for JsonRpc<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JsonRpc")
+            .field("cancel_on_disconnect", &self.config.cancel_on_disconnect)
+            .field("max_body_bytes", &self.config.max_body_bytes)
+            .field("by_principal", &self.config.principals.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: RpcService> Service<http::Request<Body>> for JsonRpc<S> {
+    type Response = HttpResponse;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<HttpResponse, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        // Readiness is the stack's business, per request (its cancel layer is always ready).
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
+        let service = self.service.clone();
+        let config = self.config.clone();
+        Box::pin(async move { Ok(serve(service, &config, request).await) })
+    }
+}
+
+async fn serve<S: RpcService>(
+    service: S,
+    config: &Config,
+    request: http::Request<Body>,
+) -> HttpResponse {
+    let (parts, body) = request.into_parts();
+    if parts.method != Method::POST {
+        return (
+            StatusCode::METHOD_NOT_ALLOWED,
+            [(header::ALLOW, HeaderValue::from_static("POST"))],
+        )
+            .into_response();
+    }
+    if let Err(refused) = body::check_json(&parts.headers) {
+        return (refused.status, refused.detail).into_response();
+    }
+    let bytes = match body::read(body, config.max_body_bytes).await {
+        Ok(bytes) => bytes,
+        Err(refused) => return (refused.status, refused.detail).into_response(),
+    };
+    let principal = config
+        .principals
+        .as_ref()
+        .and_then(|principals| principals.lease(&parts.extensions));
+    let (scope, lease) = match principal {
+        Some(Ok((scope, lease))) => (scope, Some(lease)),
+        Some(Err(_full)) => {
+            return (StatusCode::SERVICE_UNAVAILABLE, "too many principals").into_response()
+        }
+        None => (Scope::new(), None),
+    };
+    let lease: Option<Arc<dyn Send + Sync>> = lease.map(Arc::from);
+
+    // Nothing but the replies goes back over plain HTTP (no progress, no requests of the server's own).
+    let exchange = scope.exchange(Outbox::closed());
+    let _hang_up = HangUp::new(exchange.clone(), config.cancel_on_disconnect);
+    let (batch, messages) = match body::parse(&bytes, true) {
+        Messages::One(message) => (false, vec![message]),
+        Messages::Batch(messages) => (true, messages),
+    };
+    let mut replies = Vec::with_capacity(messages.len());
+    for message in messages {
+        let message = match message {
+            Ok(message) => message,
+            Err(invalid) => {
+                replies.push(Reply::Now(Response::error(invalid.id, invalid.error)));
+                continue;
+            }
+        };
+        match exchange.receive(message) {
+            Incoming::Request(mut request) => {
+                *request.extensions_mut() = parts.extensions.clone();
+                request.extensions_mut().insert(parts.headers.clone());
+                let hold = (lease.clone(), config.running.enter());
+                let task = call::spawn(service.clone(), request, hold);
+                replies.push(Reply::Later(task));
+            }
+            // A reply from the client: over plain HTTP the server never sends requests, so it answers nothing.
+            Incoming::Response(_) | Incoming::Consumed => {}
+        }
+    }
+    let mut answered = Vec::with_capacity(replies.len());
+    for reply in replies {
+        let reply = match reply {
+            Reply::Now(reply) => Some(reply),
+            Reply::Later(task) => call::reply(task).await,
+        };
+        answered.extend(reply);
+    }
+    let body = match (batch, answered.len()) {
+        (_, 0) => return StatusCode::NO_CONTENT.into_response(),
+        (false, _) => serde_json::to_vec(&answered[0]),
+        (true, _) => serde_json::to_vec(&answered),
+    };
+    match body {
+        Ok(body) => (
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            )],
+            body,
+        )
+            .into_response(),
+        Err(error) => {
+            tracing::error!(%error, "a reply could not be serialized");
+            StatusCode::INTERNAL_SERVER_ERROR.into_response()
+        }
+    }
+}
+
+enum Reply {
+    Now(Response),
+    Later(tokio::task::JoinHandle<Option<Response>>),
+}
