@@ -3,6 +3,9 @@
 //!
 //! - [`JsonRpc`]: JSON-RPC over HTTP, one request or batch per POST, mounted at a path of your axum `Router`;
 //!   each POST a scope of its own, or the POSTs of one principal sharing one.
+//! - [`McpHttp`]: MCP over Streamable HTTP, the `2025-11-25` revision (sessions; a cancel is a POSTed
+//!   `notifications/cancelled`) and the `2026-07-28` one (stateless; closing a request's stream is its cancel),
+//!   chosen per request.
 //!
 //! Every front end takes a [`CancelStack`](tower_cancel::CancelStack) over your handler (any [`RpcService`])
 //! and runs each request on a task of its own, so a request can outlive its HTTP response where a disconnect
@@ -11,8 +14,12 @@
 mod body;
 mod call;
 pub mod jsonrpc;
+pub mod mcp;
 mod scopes;
 
 pub use body::DEFAULT_MAX_BODY_BYTES;
 pub use call::RpcService;
 pub use jsonrpc::JsonRpc;
+pub use mcp::McpHttp;
+
+use tower_cancel::Connection;

@@ -125,15 +125,6 @@ impl<K: Eq + Hash + Clone + Send + 'static, V: Scoped> Scopes<K, V> {
         self.lock().entries.len()
     }
 
-    /// Every entry's value (for statistics).
-    pub(crate) fn values(&self) -> Vec<Arc<V>> {
-        self.lock()
-            .entries
-            .values()
-            .map(|entry| entry.value.clone())
-            .collect()
-    }
-
     fn lease_in(&self, table: &mut Table<K, V>, key: K) -> Option<Lease<K, V>> {
         let entry = table.entries.get_mut(&key)?;
         entry.leases += 1;
@@ -166,12 +157,6 @@ impl<K: Eq + Hash + Clone + Send + 'static, V: Scoped> Scopes<K, V> {
         });
         table.last_sweep = now;
         before - table.entries.len()
-    }
-
-    /// Drop the entries idle past their linger now (inserts do it too, at most once per linger).
-    pub(crate) fn sweep(&self) -> usize {
-        let mut table = self.lock();
-        Self::expire(&mut table, Instant::now(), self.linger)
     }
 
     fn lock(&self) -> MutexGuard<'_, Table<K, V>> {

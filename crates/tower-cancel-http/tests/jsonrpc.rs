@@ -57,13 +57,23 @@ async fn a_request_gets_its_reply_in_the_body() {
     let probe = Probe::default();
     let rpc = rpc(&probe);
     let url = mount(rpc.clone()).await;
-    let (status, body) = post(&url, r#"{"jsonrpc":"2.0","id":1,"method":"demo/sleep","params":{"ms":1}}"#).await;
+    let (status, body) = post(
+        &url,
+        r#"{"jsonrpc":"2.0","id":1,"method":"demo/sleep","params":{"ms":1}}"#,
+    )
+    .await;
     assert_eq!(status, 200);
-    assert_eq!(json(&body), json!({"jsonrpc":"2.0","id":1,"result":{"slept":1}}));
+    assert_eq!(
+        json(&body),
+        json!({"jsonrpc":"2.0","id":1,"result":{"slept":1}})
+    );
     // The router's other routes are untouched.
     let health = reqwest::get(url.replace("/rpc", "/health")).await.unwrap();
     assert_eq!(health.text().await.unwrap(), "ok");
-    assert_eq!(probe.ends(), vec![("1".to_string(), "completed".to_string())]);
+    assert_eq!(
+        probe.ends(),
+        vec![("1".to_string(), "completed".to_string())]
+    );
     assert_eq!(rpc.in_flight(), 0);
 }
 
@@ -96,19 +106,37 @@ async fn a_batch_gets_the_replies_its_requests_have() {
 async fn what_has_no_reply_gets_204_and_bad_bodies_get_their_error() {
     let probe = Probe::default();
     let url = mount(rpc(&probe)).await;
-    assert_eq!(post(&url, r#"{"jsonrpc":"2.0","method":"note"}"#).await, (204, String::new()));
-    assert_eq!(post(&url, r#"[{"jsonrpc":"2.0","method":"note"}]"#).await, (204, String::new()));
+    assert_eq!(
+        post(&url, r#"{"jsonrpc":"2.0","method":"note"}"#).await,
+        (204, String::new())
+    );
+    assert_eq!(
+        post(&url, r#"[{"jsonrpc":"2.0","method":"note"}]"#).await,
+        (204, String::new())
+    );
     let (status, body) = post(&url, "{not json").await;
     assert_eq!(status, 200);
     assert_eq!(json(&body)["error"]["code"], -32700);
     assert_eq!(json(&body)["id"], Value::Null);
     let (status, body) = post(&url, "[]").await;
-    assert_eq!((status, json(&body)["error"]["code"].clone()), (200, json!(-32600)));
+    assert_eq!(
+        (status, json(&body)["error"]["code"].clone()),
+        (200, json!(-32600))
+    );
     let (status, body) = post(&url, r#"{"jsonrpc":"2.0","id":true,"method":"x"}"#).await;
-    assert_eq!((status, json(&body)["error"]["code"].clone()), (200, json!(-32600)));
+    assert_eq!(
+        (status, json(&body)["error"]["code"].clone()),
+        (200, json!(-32600))
+    );
 
     let client = reqwest::Client::new();
-    let wrong_type = client.post(&url).header("content-type", "text/plain").body("{}").send().await.unwrap();
+    let wrong_type = client
+        .post(&url)
+        .header("content-type", "text/plain")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(wrong_type.status(), 415);
     let get = client.get(&url).send().await.unwrap();
     assert_eq!(get.status(), 405);
@@ -118,7 +146,10 @@ async fn what_has_no_reply_gets_204_and_bad_bodies_get_their_error() {
 async fn a_body_over_the_limit_gets_413() {
     let probe = Probe::default();
     let url = mount(rpc(&probe).max_body_bytes(1024)).await;
-    let big = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"x","params":"{}"}}"#, "a".repeat(2000));
+    let big = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"x","params":"{}"}}"#,
+        "a".repeat(2000)
+    );
     assert_eq!(post(&url, &big).await.0, 413);
     let (status, _) = post(&url, r#"{"jsonrpc":"2.0","id":1,"method":"x"}"#).await;
     assert_eq!(status, 200, "the next request is served");
@@ -129,12 +160,19 @@ async fn a_client_that_hangs_up_cancels_its_request_with_reason_disconnect() {
     let probe = Probe::default();
     let rpc = rpc(&probe);
     let addr = mount(rpc.clone()).await;
-    let addr = addr.trim_start_matches("http://").trim_end_matches("/rpc").parse().unwrap();
+    let addr = addr
+        .trim_start_matches("http://")
+        .trim_end_matches("/rpc")
+        .parse()
+        .unwrap();
     let body = r#"{"jsonrpc":"2.0","id":7,"method":"demo/sleep","params":{"ms":60000}}"#;
     let stream = raw_post(addr, "/rpc", &[("Content-Type", "application/json")], body).await;
     probe.started(1).await;
     drop(stream);
-    assert_eq!(probe.ended(1).await, vec![("7".to_string(), "disconnect".to_string())]);
+    assert_eq!(
+        probe.ended(1).await,
+        vec![("7".to_string(), "disconnect".to_string())]
+    );
     eventually("nothing in flight", || rpc.in_flight() == 0).await;
 }
 
@@ -143,12 +181,19 @@ async fn with_cancel_on_disconnect_off_the_request_runs_to_its_end() {
     let probe = Probe::default();
     let rpc = rpc(&probe).cancel_on_disconnect(false);
     let addr = mount(rpc.clone()).await;
-    let addr = addr.trim_start_matches("http://").trim_end_matches("/rpc").parse().unwrap();
+    let addr = addr
+        .trim_start_matches("http://")
+        .trim_end_matches("/rpc")
+        .parse()
+        .unwrap();
     let body = r#"{"jsonrpc":"2.0","id":7,"method":"demo/sleep","params":{"ms":300}}"#;
     let stream = raw_post(addr, "/rpc", &[("Content-Type", "application/json")], body).await;
     probe.started(1).await;
     drop(stream);
-    assert_eq!(probe.ended(1).await, vec![("7".to_string(), "completed".to_string())]);
+    assert_eq!(
+        probe.ended(1).await,
+        vec![("7".to_string(), "completed".to_string())]
+    );
     eventually("nothing in flight", || rpc.in_flight() == 0).await;
 }
 
@@ -157,12 +202,28 @@ async fn the_reply_is_whole_when_the_client_stays() {
     // The contrast of the hang-up: the same raw client, reading its reply.
     let probe = Probe::default();
     let url = mount(rpc(&probe)).await;
-    let addr = url.trim_start_matches("http://").trim_end_matches("/rpc").parse().unwrap();
+    let addr = url
+        .trim_start_matches("http://")
+        .trim_end_matches("/rpc")
+        .parse()
+        .unwrap();
     let body = r#"{"jsonrpc":"2.0","id":7,"method":"demo/sleep","params":{"ms":10}}"#;
-    let mut stream = raw_post(addr, "/rpc", &[("Content-Type", "application/json"), ("Connection", "close")], body).await;
+    let mut stream = raw_post(
+        addr,
+        "/rpc",
+        &[
+            ("Content-Type", "application/json"),
+            ("Connection", "close"),
+        ],
+        body,
+    )
+    .await;
     let text = read_some(&mut stream, Duration::from_secs(5)).await;
     assert!(text.starts_with("HTTP/1.1 200"), "{text}");
-    assert!(text.ends_with(r#"{"jsonrpc":"2.0","id":7,"result":{"slept":10}}"#), "{text}");
+    assert!(
+        text.ends_with(r#"{"jsonrpc":"2.0","id":7,"result":{"slept":10}}"#),
+        "{text}"
+    );
 }
 
 #[tokio::test]
@@ -172,13 +233,26 @@ async fn by_default_a_cancel_posted_separately_reaches_nothing() {
     let url = mount(rpc.clone()).await;
     let slow = tokio::spawn({
         let url = url.clone();
-        async move { post(&url, r#"{"jsonrpc":"2.0","id":1,"method":"demo/sleep","params":{"ms":200}}"#).await }
+        async move {
+            post(
+                &url,
+                r#"{"jsonrpc":"2.0","id":1,"method":"demo/sleep","params":{"ms":200}}"#,
+            )
+            .await
+        }
     });
     probe.started(1).await;
-    let cancel = post(&url, r#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":1}}"#).await;
+    let cancel = post(
+        &url,
+        r#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":1}}"#,
+    )
+    .await;
     assert_eq!(cancel, (204, String::new()));
     let (status, body) = slow.await.unwrap();
-    assert_eq!((status, json(&body)), (200, json!({"jsonrpc":"2.0","id":1,"result":{"slept":200}})));
+    assert_eq!(
+        (status, json(&body)),
+        (200, json!({"jsonrpc":"2.0","id":1,"result":{"slept":200}}))
+    );
 }
 
 /// What an auth layer gives the endpoint: the caller's identity, in the request's extensions.
@@ -206,15 +280,18 @@ impl<B: Send + 'static> tower_http::auth::AsyncAuthorizeRequest<B> for Bearer {
                 request.extensions_mut().insert(Principal(name));
                 Ok(request)
             }
-            None => Err(http::Response::builder().status(401).body(axum::body::Body::empty()).unwrap()),
+            None => Err(http::Response::builder()
+                .status(401)
+                .body(axum::body::Body::empty())
+                .unwrap()),
         })
     }
 }
 
 async fn mount_with_auth(rpc: JsonRpc<impl RpcService>) -> String {
-    let app = Router::new()
-        .route("/rpc", post_service(rpc))
-        .layer(tower_http::auth::AsyncRequireAuthorizationLayer::new(Bearer));
+    let app = Router::new().route("/rpc", post_service(rpc)).layer(
+        tower_http::auth::AsyncRequireAuthorizationLayer::new(Bearer),
+    );
     format!("http://{}/rpc", serve(app).await)
 }
 
@@ -223,7 +300,9 @@ async fn a_principal_cancels_its_own_request_and_never_another_principals() {
     let probe = Probe::default();
     let rpc = rpc(&probe).scope_by_principal::<Principal>();
     let url = mount_with_auth(rpc.clone()).await;
-    let sleep = |id: u32| format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"demo/sleep","params":{{"ms":400}}}}"#);
+    let sleep = |id: u32| {
+        format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"demo/sleep","params":{{"ms":400}}}}"#)
+    };
     let alices = tokio::spawn({
         let (url, body) = (url.clone(), sleep(1));
         async move { post_as(&url, &body, Some("alice")).await }
@@ -236,12 +315,18 @@ async fn a_principal_cancels_its_own_request_and_never_another_principals() {
 
     // Bob cancels "his" request 1: only his own stops, Alice's same id runs on.
     let cancel = r#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":1}}"#;
-    assert_eq!(post_as(&url, cancel, Some("bob")).await, (204, String::new()));
+    assert_eq!(
+        post_as(&url, cancel, Some("bob")).await,
+        (204, String::new())
+    );
     let (status, body) = bobs.await.unwrap();
     assert_eq!(status, 200);
     assert_eq!(json(&body)["error"]["code"], -32800);
     let (status, body) = alices.await.unwrap();
-    assert_eq!((status, json(&body)), (200, json!({"jsonrpc":"2.0","id":1,"result":{"slept":400}})));
+    assert_eq!(
+        (status, json(&body)),
+        (200, json!({"jsonrpc":"2.0","id":1,"result":{"slept":400}}))
+    );
 
     // Without a token, the auth layer refuses; the endpoint never sees it.
     assert_eq!(post_as(&url, cancel, None).await.0, 401);

@@ -70,7 +70,7 @@ use http::{header, HeaderValue, Method, StatusCode};
 use tower_cancel::{scope::Incoming, Outbox, Response, Scope};
 use tower_service::Service;
 
-use self::principal::{Principals, PrincipalScopes};
+use self::principal::{PrincipalScopes, Principals};
 use crate::{
     body::{self, Messages, DEFAULT_MAX_BODY_BYTES},
     call::{self, HangUp, RpcService, Running},

@@ -119,7 +119,12 @@ pub async fn handle(probe: Probe, req: Request) -> Result<Value, BoxError> {
 }
 
 /// Write a raw HTTP/1.1 POST and return the open stream (drop it to hang up).
-pub async fn raw_post(addr: SocketAddr, path: &str, headers: &[(&str, &str)], body: &str) -> TcpStream {
+pub async fn raw_post(
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> TcpStream {
     let mut stream = TcpStream::connect(addr).await.unwrap();
     let mut head = format!(
         "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\n",

@@ -1,0 +1,88 @@
+//! `Origin` validation: both revisions require it, against DNS rebinding (403 for an origin not allowed).
+
+use http::HeaderMap;
+
+/// Which `Origin`s may call the endpoint. A request without an `Origin` header (not a browser) is always let
+/// through.
+#[derive(Clone, Debug, Default)]
+pub enum Origins {
+    /// Pages served from this machine only: `localhost`, `127.0.0.1` and `[::1]`, any scheme and port. The
+    /// default, for servers bound to loopback.
+    #[default]
+    Loopback,
+    /// These origins exactly (as the browser sends them: `https://app.example.com`), and the loopback ones.
+    List(Vec<String>),
+    /// Any origin (behind a proxy that checks it, for one).
+    Any,
+}
+
+impl Origins {
+    pub(crate) fn allows(&self, headers: &HeaderMap) -> bool {
+        let Some(origin) = headers.get(http::header::ORIGIN) else {
+            return true;
+        };
+        let Ok(origin) = origin.to_str() else {
+            return false;
+        };
+        match self {
+            Origins::Any => true,
+            Origins::Loopback => is_loopback(origin),
+            Origins::List(list) => {
+                is_loopback(origin) || list.iter().any(|allowed| allowed == origin)
+            }
+        }
+    }
+}
+
+fn is_loopback(origin: &str) -> bool {
+    let Some((_scheme, rest)) = origin.split_once("://") else {
+        return false;
+    };
+    let host = if let Some(v6) = rest.strip_prefix('[') {
+        match v6.split_once(']') {
+            Some((host, _)) => return host == "::1",
+            None => return false,
+        }
+    } else {
+        rest.split(':').next().unwrap_or_default()
+    };
+    matches!(host, "localhost" | "127.0.0.1")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(origin: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(http::header::ORIGIN, origin.parse().unwrap());
+        headers
+    }
+
+    #[test]
+    fn loopback_origins_pass_and_others_do_not() {
+        let loopback = Origins::Loopback;
+        assert!(loopback.allows(&HeaderMap::new()));
+        for ok in [
+            "http://localhost:3000",
+            "https://127.0.0.1",
+            "http://[::1]:8080",
+            "http://localhost",
+        ] {
+            assert!(loopback.allows(&with(ok)), "{ok}");
+        }
+        for bad in [
+            "http://evil.example",
+            "http://localhost.evil.example",
+            "http://127.0.0.1.nip.io",
+            "null",
+            "http://[::2]",
+        ] {
+            assert!(!loopback.allows(&with(bad)), "{bad}");
+        }
+        let listed = Origins::List(vec!["https://app.example.com".into()]);
+        assert!(listed.allows(&with("https://app.example.com")));
+        assert!(!listed.allows(&with("https://app.example.com.evil")));
+        assert!(Origins::Any.allows(&with("http://evil.example")));
+    }
+}

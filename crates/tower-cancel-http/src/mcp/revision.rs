@@ -1,0 +1,219 @@
+//! Which MCP revision a POST speaks, and the checks the stateless revision makes of its headers.
+//!
+//! A request whose `params._meta` carries `io.modelcontextprotocol/protocolVersion`, or a POST whose
+//! `MCP-Protocol-Version` header names a stateless revision (`2026-07-28`), is stateless. Everything else is the
+//! session revision (`2025-11-25` and the earlier ones with sessions): an `initialize`, or a POST with
+//! `Mcp-Session-Id`.
+
+use base64::Engine;
+use http::{HeaderMap, StatusCode};
+use serde::Deserialize;
+use serde_json::{json, value::RawValue, Value};
+use tower_cancel::{ErrorObject, Request};
+
+/// The stateless revisions this server speaks (each request carries its version; no session).
+pub const STATELESS_VERSIONS: &[&str] = &["2026-07-28"];
+/// The revisions with sessions this server speaks (`initialize` mints a session).
+pub const SESSION_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26"];
+
+/// The header that names the request's revision.
+pub(crate) const PROTOCOL_VERSION: &str = "mcp-protocol-version";
+const META_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+const META_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+
+/// `HeaderMismatch`: the HTTP headers do not match the body, or a required one is missing.
+pub const HEADER_MISMATCH: i64 = -32020;
+/// `UnsupportedProtocolVersion`: the request's version is not one this server speaks.
+pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
+
+/// The revision a request is served under, as its handler sees it (in the request's extensions).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Revision {
+    /// A stateless revision (`2026-07-28`): the version came with the request; a hang-up is its cancel.
+    Stateless {
+        /// The request's protocol version.
+        version: String,
+    },
+    /// A revision with sessions (`2025-11-25` and earlier).
+    Session {
+        /// The session's id (none for the `initialize` that opens it, until it succeeds).
+        id: Option<String>,
+        /// The `MCP-Protocol-Version` header, if the client sent one.
+        version: Option<String>,
+    },
+}
+
+/// What the request's `params` say of the revision.
+#[derive(Deserialize, Default)]
+struct Params<'a> {
+    #[serde(default, rename = "_meta")]
+    meta: Option<serde_json::Map<String, Value>>,
+    #[serde(default, borrow)]
+    name: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    uri: Option<&'a RawValue>,
+}
+
+/// Whether this POST is stateless (see the module docs).
+pub(crate) fn is_stateless(headers: &HeaderMap, message: Option<&Request>) -> bool {
+    let header = headers
+        .get(PROTOCOL_VERSION)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| STATELESS_VERSIONS.contains(&v));
+    header || message.is_some_and(|request| meta_version(request).is_some())
+}
+
+fn meta_version(request: &Request) -> Option<String> {
+    let params: Params<'_> = serde_json::from_str(request.params()?.get()).ok()?;
+    params.meta?.get(META_VERSION)?.as_str().map(str::to_owned)
+}
+
+/// A refusal of a stateless request: 400 with the JSON-RPC error.
+#[derive(Debug)]
+pub(crate) struct Refusal {
+    pub(crate) status: StatusCode,
+    pub(crate) error: ErrorObject,
+}
+
+impl Refusal {
+    fn bad(error: ErrorObject) -> Self {
+        Self {
+            status: StatusCode::BAD_REQUEST,
+            error,
+        }
+    }
+
+    fn mismatch(detail: String) -> Self {
+        Self::bad(ErrorObject::new(
+            HEADER_MISMATCH,
+            format!("Header mismatch: {detail}"),
+        ))
+    }
+}
+
+/// Check a stateless request against its headers, as the revision says: `MCP-Protocol-Version` equals
+/// `_meta`'s version, which this server speaks; `_meta` has the required keys; `Mcp-Method` equals the method;
+/// `Mcp-Name` equals `params.name` or `params.uri` where the method needs it. Returns the version.
+pub(crate) fn check_stateless(headers: &HeaderMap, request: &Request) -> Result<String, Refusal> {
+    let params: Params<'_> = match request.params() {
+        Some(raw) => serde_json::from_str(raw.get())
+            .map_err(|e| Refusal::bad(ErrorObject::invalid_params(e)))?,
+        None => Params::default(),
+    };
+    let meta = params
+        .meta
+        .as_ref()
+        .ok_or_else(|| Refusal::bad(ErrorObject::invalid_params("params._meta is required")))?;
+    let version = meta
+        .get(META_VERSION)
+        .and_then(Value::as_str)
+        .ok_or_else(|| {
+            Refusal::bad(ErrorObject::invalid_params(format!(
+                "_meta[\"{META_VERSION}\"] is required"
+            )))
+        })?;
+    match header(headers, PROTOCOL_VERSION)? {
+        None => {
+            return Err(Refusal::mismatch(
+                "the MCP-Protocol-Version header is missing".into(),
+            ))
+        }
+        Some(value) if value != version => {
+            return Err(Refusal::mismatch(format!(
+                "MCP-Protocol-Version header value '{value}' does not match body value '{version}'"
+            )))
+        }
+        Some(_) => {}
+    }
+    if !STATELESS_VERSIONS.contains(&version) {
+        return Err(unsupported(version));
+    }
+    if !meta.contains_key(META_CAPABILITIES) {
+        return Err(Refusal::bad(ErrorObject::invalid_params(format!(
+            "_meta[\"{META_CAPABILITIES}\"] is required"
+        ))));
+    }
+    match header(headers, "mcp-method")? {
+        Some(method) if method == request.method() => {}
+        Some(method) => {
+            return Err(Refusal::mismatch(format!(
+                "Mcp-Method header value '{method}' does not match body value '{}'",
+                request.method()
+            )))
+        }
+        None => return Err(Refusal::mismatch("the Mcp-Method header is missing".into())),
+    }
+    let named = match request.method() {
+        "tools/call" | "prompts/get" => Some(("name", params.name)),
+        "resources/read" => Some(("uri", params.uri)),
+        _ => None,
+    };
+    if let Some((field, value)) = named {
+        let body = value.and_then(|raw| serde_json::from_str::<String>(raw.get()).ok());
+        let header = header(headers, "mcp-name")?.map(decode).transpose()?;
+        match (header, body) {
+            (Some(header), Some(body)) if header == body => {}
+            (None, _) => return Err(Refusal::mismatch("the Mcp-Name header is missing".into())),
+            (Some(header), body) => return Err(Refusal::mismatch(format!(
+                "Mcp-Name header value '{header}' does not match body value '{}' (params.{field})",
+                body.unwrap_or_default()
+            ))),
+        }
+    }
+    Ok(version.to_owned())
+}
+
+/// `UnsupportedProtocolVersion`, naming every version this server speaks.
+pub(crate) fn unsupported(requested: &str) -> Refusal {
+    let supported: Vec<&str> = STATELESS_VERSIONS
+        .iter()
+        .chain(SESSION_VERSIONS)
+        .copied()
+        .collect();
+    Refusal::bad(
+        ErrorObject::new(UNSUPPORTED_PROTOCOL_VERSION, "Unsupported protocol version")
+            .with_data(json!({ "supported": supported, "requested": requested })),
+    )
+}
+
+/// A header's value as text; a value that is not visible ASCII is a mismatch.
+fn header<'h>(headers: &'h HeaderMap, name: &str) -> Result<Option<&'h str>, Refusal> {
+    headers
+        .get(name)
+        .map(|value| {
+            value
+                .to_str()
+                .map_err(|_| Refusal::mismatch(format!("the {name} header has invalid characters")))
+        })
+        .transpose()
+}
+
+/// Decode a `=?base64?...?=` value (how the revision sends values that are not plain ASCII).
+fn decode(value: &str) -> Result<String, Refusal> {
+    let Some(encoded) = value
+        .strip_prefix("=?base64?")
+        .and_then(|v| v.strip_suffix("?="))
+    else {
+        return Ok(value.to_owned());
+    };
+    base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .ok()
+        .and_then(|bytes| String::from_utf8(bytes).ok())
+        .ok_or_else(|| {
+            Refusal::mismatch(format!(
+                "the header value '{value}' is not valid base64 UTF-8"
+            ))
+        })
+}
+
+/// The HTTP status of a stateless request's JSON reply: the revision maps some errors to 4xx.
+pub(crate) fn stateless_status(reply: &tower_cancel::Response) -> StatusCode {
+    match reply.outcome.as_ref().err().map(|error| error.code) {
+        Some(-32601) => StatusCode::NOT_FOUND,
+        Some(-32602 | HEADER_MISMATCH | -32021 | UNSUPPORTED_PROTOCOL_VERSION) => {
+            StatusCode::BAD_REQUEST
+        }
+        _ => StatusCode::OK,
+    }
+}

@@ -1,0 +1,81 @@
+//! Sessions of the `2025-11-25` revision: `initialize` mints a random id, later POSTs name it, DELETE ends it.
+
+use std::{fmt::Write, time::Duration};
+
+use tower_cancel::{dialect::Mcp, Scope};
+
+use crate::scopes::{Full, Lease, Scoped, Scopes};
+
+/// A session: the scope its requests share (a cancel POSTed in it reaches its requests only).
+#[derive(Debug)]
+pub(crate) struct Session {
+    scope: Scope,
+}
+
+impl Scoped for Session {
+    fn scope(&self) -> &Scope {
+        &self.scope
+    }
+}
+
+pub(crate) type SessionLease = Lease<String, Session>;
+
+/// The table of open sessions.
+#[derive(Clone, Debug)]
+pub(crate) struct Sessions {
+    table: Scopes<String, Session>,
+}
+
+impl Sessions {
+    pub(crate) fn new(idle: Duration, max: usize) -> Self {
+        Self {
+            table: Scopes::new(idle, max),
+        }
+    }
+
+    /// A new session under a fresh random id.
+    pub(crate) fn open(&self) -> Result<SessionLease, Full> {
+        let session = Session {
+            scope: Scope::with_dialect(Mcp),
+        };
+        self.table.insert(mint(), session)
+    }
+
+    pub(crate) fn get(&self, id: &str) -> Option<SessionLease> {
+        self.table.lease(&id.to_owned())
+    }
+
+    /// End a session: what it has in flight is cancelled with `reason`.
+    pub(crate) fn close(&self, id: &str, reason: tower_cancel::CancelReason) -> bool {
+        self.table.remove(&id.to_owned(), reason).is_some()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.table.len()
+    }
+}
+
+/// 128 bits from the operating system's generator, as 32 hex digits (visible ASCII, as the revision asks).
+fn mint() -> String {
+    let mut bytes = [0u8; 16];
+    // The OS generator failing is not something a server can go on from.
+    getrandom::fill(&mut bytes).expect("the operating system's random generator failed");
+    bytes
+        .iter()
+        .fold(String::with_capacity(32), |mut id, byte| {
+            let _ = write!(id, "{byte:02x}");
+            id
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn session_ids_are_long_random_and_visible_ascii() {
+        let a = super::mint();
+        let b = super::mint();
+        assert_eq!(a.len(), 32);
+        assert!(a.bytes().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a, b);
+    }
+}
