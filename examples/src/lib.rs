@@ -1,9 +1,12 @@
-//! Shared pieces of the example servers: the sleep handler's counters, logging, flags.
+//! Shared pieces of the example servers: the sleep handler's counters, the MCP tools, logging, flags.
+
+pub mod mcp;
 
 use std::{
+    fmt,
     sync::{
         atomic::{AtomicU64, Ordering},
-        Arc,
+        Arc, OnceLock,
     },
     time::Duration,
 };
@@ -86,6 +89,11 @@ impl SleepStats {
             let own = req.id().is_some_and(|id| r.contains(id));
             r.len() - usize::from(own)
         });
+        self.to_json_with(in_flight)
+    }
+
+    /// The counters as the examples answer them, with `inFlight` counted by the caller.
+    pub fn to_json_with(&self, in_flight: usize) -> Value {
         let Snapshot {
             started,
             completed,
@@ -97,6 +105,40 @@ impl SleepStats {
             "cancelled": cancelled,
             "inFlight": in_flight,
         })
+    }
+}
+
+/// Where a server's `inFlight` comes from: the request's connection (a stream server, whose connection is the
+/// whole conversation), or an HTTP endpoint's count of its running requests, over every session and POST.
+#[derive(Clone, Debug, Default)]
+pub struct InFlight {
+    endpoint: Arc<OnceLock<EndpointCount>>,
+}
+
+/// An HTTP endpoint's count of running requests (`JsonRpc::in_flight`, `McpHttp::in_flight`).
+struct EndpointCount(Box<dyn Fn() -> usize + Send + Sync>);
+
+impl fmt::Debug for EndpointCount {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("EndpointCount")
+    }
+}
+
+impl InFlight {
+    /// Count the endpoint's running requests with `count` from now on. The endpoint is built around the handler
+    /// that holds this, so it can only be given once it exists.
+    pub fn set_endpoint(&self, count: impl Fn() -> usize + Send + Sync + 'static) {
+        let set = self.endpoint.set(EndpointCount(Box::new(count)));
+        assert!(set.is_ok(), "the endpoint is set once");
+    }
+
+    /// The counters for `req`'s answer: `inFlight` not counting `req` itself.
+    pub fn stats(&self, stats: &SleepStats, req: &Request) -> Value {
+        match self.endpoint.get() {
+            // The endpoint counts `req` too: it is running.
+            Some(EndpointCount(count)) => stats.to_json_with(count().saturating_sub(1)),
+            None => stats.to_json(req),
+        }
     }
 }
 
@@ -140,6 +182,16 @@ pub fn timeouts_from_args() -> TimeoutLayer {
 /// Whether `--flag` was given.
 pub fn flag(name: &str) -> bool {
     std::env::args().any(|a| a == name)
+}
+
+/// The value of `--name VALUE`, if given.
+pub fn string_arg(name: &str) -> Option<String> {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter().position(|a| a == name).map(|i| {
+        args.get(i + 1)
+            .unwrap_or_else(|| panic!("{name} takes a value"))
+            .clone()
+    })
 }
 
 /// The value of `--name N`, or `default`.

@@ -154,10 +154,12 @@ pub(crate) fn check_stateless(headers: &HeaderMap, request: &Request) -> Result<
         match (header, body) {
             (Some(header), Some(body)) if header == body => {}
             (None, _) => return Err(Refusal::mismatch("the Mcp-Name header is missing".into())),
-            (Some(header), body) => return Err(Refusal::mismatch(format!(
+            (Some(header), body) => {
+                return Err(Refusal::mismatch(format!(
                 "Mcp-Name header value '{header}' does not match body value '{}' (params.{field})",
                 body.unwrap_or_default()
-            ))),
+            )))
+            }
         }
     }
     Ok(version.to_owned())

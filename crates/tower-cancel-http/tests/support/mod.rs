@@ -165,3 +165,74 @@ pub async fn eventually(what: &str, check: impl Fn() -> bool) {
     .await
     .unwrap_or_else(|_| panic!("never: {what}"));
 }
+
+/// An MCP handler for both revisions: `initialize`, `server/discover`, and the tools `sleep {ms}` and
+/// `progress {steps, intervalMs}` (through `tools/call`); other methods are not found.
+pub async fn mcp_handle(probe: Probe, req: Request) -> Result<Value, BoxError> {
+    let stateless = matches!(
+        req.extensions().get::<tower_cancel_http::mcp::Revision>(),
+        Some(tower_cancel_http::mcp::Revision::Stateless { .. })
+    );
+    let params = req.params_as::<Value>().unwrap_or(Value::Null);
+    match req.method() {
+        "initialize" => Ok(json!({
+            "protocolVersion": "2025-11-25",
+            "capabilities": { "tools": {} },
+            "serverInfo": { "name": "test", "version": "0" }
+        })),
+        "server/discover" => Ok(json!({
+            "resultType": "complete",
+            "supportedVersions": ["2026-07-28"],
+            "capabilities": { "tools": {} },
+            "ttlMs": 0,
+            "cacheScope": "private"
+        })),
+        "notifications/initialized" => Ok(Value::Null),
+        "tools/call" => {
+            let args = &params["arguments"];
+            let id = req.id().map(|id| id.to_string()).unwrap_or_default();
+            let mut guard = EndGuard {
+                probe: probe.clone(),
+                id,
+                context: req.context().cloned(),
+                completed: false,
+            };
+            *probe.started_count.lock().unwrap() += 1;
+            probe.started.notify_waiters();
+            match params["name"].as_str() {
+                Some("sleep") => {
+                    let ms = args["ms"].as_u64().unwrap_or(0);
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                }
+                Some("progress") => {
+                    let steps = args["steps"].as_u64().unwrap_or(1);
+                    let interval = args["intervalMs"].as_u64().unwrap_or(0);
+                    for step in 1..=steps {
+                        if let Some(progress) = req.progress() {
+                            progress.report(
+                                tower_cancel::progress::ProgressUpdate::new(step as f64)
+                                    .total(steps as f64),
+                            );
+                        }
+                        tokio::time::sleep(Duration::from_millis(interval)).await;
+                    }
+                }
+                _ => {
+                    guard.completed = true;
+                    return Err(Box::new(tower_cancel::ErrorObject::invalid_params(
+                        "unknown tool",
+                    )));
+                }
+            }
+            guard.completed = true;
+            let mut result = json!({ "content": [{ "type": "text", "text": "done" }] });
+            if stateless {
+                result["resultType"] = json!("complete");
+            }
+            Ok(result)
+        }
+        method => Err(Box::new(tower_cancel::ErrorObject::method_not_found(
+            method,
+        ))),
+    }
+}
