@@ -26,12 +26,46 @@ use crate::{
 ///
 /// Progress: a request with `params._meta.progressToken` can report `notifications/progress {progressToken,
 /// progress, total?, message?}`.
+///
+/// Revisions: from the first request that carries `_meta["io.modelcontextprotocol/protocolVersion"]` of the
+/// stateless revision (`2026-07-28` or later), the conversation's [`Peer`](crate::Peer) sends no
+/// `notifications/cancelled` for its own requests (a server of that revision sends it for nothing but the
+/// teardown of a subscription: [`Mcp::subscription_teardown`]). Its calls still stop at once.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Mcp;
 
 impl Mcp {
     /// The method of MCP's cancel notification.
     pub const CANCEL_METHOD: &'static str = "notifications/cancelled";
+
+    /// The first stateless revision: a conversation whose requests carry it (or a later one) in `_meta` is
+    /// one where a server sends `notifications/cancelled` only to tear down a subscription.
+    pub const FIRST_STATELESS_REVISION: &'static str = "2026-07-28";
+
+    /// What a server of the stateless revision sends over stdio when it tears down the subscription that the
+    /// client's `subscriptions/listen` request `listen_id` opened (the one use of `notifications/cancelled` a
+    /// server of that revision has; over HTTP the subscription's stream is simply ended).
+    pub fn subscription_teardown(listen_id: &Id) -> Request {
+        Request::notification(
+            Self::CANCEL_METHOD,
+            json!({ "requestId": listen_id, "reason": "subscription ended by the server" }),
+        )
+    }
+}
+
+/// The `_meta` key of the stateless revision's per-request version.
+const META_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+
+#[derive(Deserialize)]
+struct VersionMeta {
+    #[serde(rename = "_meta")]
+    meta: Option<VersionOnly>,
+}
+
+#[derive(Deserialize)]
+struct VersionOnly {
+    #[serde(rename = "io.modelcontextprotocol/protocolVersion")]
+    version: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -81,6 +115,31 @@ impl Dialect for Mcp {
 
     fn is_cancellable(&self, method: &str, _session: &SessionState) -> bool {
         method != "initialize"
+    }
+
+    fn observe_request(&self, request: &Request, session: &SessionState) {
+        // Once per conversation, and only for params that name the key at all: the common request pays a
+        // flag load and, at most, a substring search.
+        if session.sends_no_cancels() {
+            return;
+        }
+        let Some(params) = request.params() else {
+            return;
+        };
+        if !params.get().contains(META_VERSION) {
+            return;
+        }
+        let version = serde_json::from_str::<VersionMeta>(params.get())
+            .ok()
+            .and_then(|p| p.meta?.version);
+        // Revisions are dates: a later one compares greater.
+        if version.is_some_and(|v| v.as_str() >= Self::FIRST_STATELESS_REVISION) {
+            session.forbid_cancels();
+        }
+    }
+
+    fn may_send_cancel(&self, method: &str, session: &SessionState) -> bool {
+        method != "initialize" && !session.sends_no_cancels()
     }
 
     fn cancelled_reply(&self, reason: &CancelReason, _server_cancellable: bool) -> CancelledReply {

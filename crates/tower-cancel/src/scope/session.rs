@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 pub struct SessionState {
     initialized: AtomicBool,
     peer_accepts_cancel: AtomicBool,
+    sends_no_cancels: AtomicBool,
 }
 
 impl SessionState {
@@ -29,5 +30,16 @@ impl SessionState {
     /// Record what the peer declared.
     pub fn set_peer_accepts_cancel(&self, accepts: bool) {
         self.peer_accepts_cancel.store(accepts, Ordering::Release);
+    }
+
+    /// Whether the conversation's revision forbids this side to cancel its own requests with a message (MCP
+    /// `2026-07-28`, where a server sends `notifications/cancelled` only to tear down a subscription).
+    pub fn sends_no_cancels(&self) -> bool {
+        self.sends_no_cancels.load(Ordering::Acquire)
+    }
+
+    /// Record that the conversation's revision forbids this side's cancel messages.
+    pub fn forbid_cancels(&self) {
+        self.sends_no_cancels.store(true, Ordering::Release);
     }
 }
