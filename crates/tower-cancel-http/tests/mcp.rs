@@ -823,3 +823,49 @@ async fn a_quiet_request_gets_a_stream_with_keep_alive_lines() {
     );
     assert_eq!(mcp.in_flight(), 0);
 }
+
+#[tokio::test]
+async fn a_subscription_streams_tagged_notifications_until_the_client_closes_it() {
+    let probe = Probe::default();
+    let mcp = mcp(&probe);
+    let addr = mount(mcp.clone()).await;
+    let mut params = json!({"notifications": {"toolsListChanged": true}});
+    params["_meta"] = meta();
+    let body =
+        json!({"jsonrpc":"2.0","id":"listen:0","method":"subscriptions/listen","params":params})
+            .to_string();
+    let headers = [
+        ("Content-Type", "application/json"),
+        ("Accept", "application/json, text/event-stream"),
+        ("MCP-Protocol-Version", VERSION),
+        ("Mcp-Method", "subscriptions/listen"),
+    ];
+    let mut stream = raw_post(addr, "/mcp", &headers, &body).await;
+    let mut seen = String::new();
+    while seen.matches("notifications/tools/list_changed").count() < 2 {
+        seen.push_str(&read_some(&mut stream, Duration::from_millis(50)).await);
+    }
+    let events: Vec<Value> = seen
+        .lines()
+        .filter_map(|line| line.strip_prefix("data: "))
+        .map(|data| serde_json::from_str(data).unwrap())
+        .collect();
+    let tag = json!({"io.modelcontextprotocol/subscriptionId": "listen:0"});
+    assert_eq!(
+        events[0],
+        json!({"jsonrpc":"2.0","method":"notifications/subscriptions/acknowledged",
+               "params":{"_meta":tag,"notifications":{"toolsListChanged":true}}}),
+        "the acknowledgment first"
+    );
+    assert!(events[1..]
+        .iter()
+        .all(|e| e["method"] == "notifications/tools/list_changed" && e["params"]["_meta"] == tag));
+
+    // The client closes the stream: the subscription ends (its handler is stopped, as a cancelled request).
+    drop(stream);
+    assert_eq!(
+        probe.ended(1).await,
+        vec![("\"listen:0\"".to_string(), "disconnect".to_string())]
+    );
+    eventually("nothing in flight", || mcp.in_flight() == 0).await;
+}

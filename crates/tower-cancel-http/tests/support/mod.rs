@@ -188,6 +188,39 @@ pub async fn mcp_handle(probe: Probe, req: Request) -> Result<Value, BoxError> {
             "cacheScope": "private"
         })),
         "notifications/initialized" => Ok(Value::Null),
+        "subscriptions/listen" => {
+            // The revision's subscription: an acknowledgment, then notifications, all tagged with the listen
+            // request's id, on its stream, until the client closes it.
+            let id = req.id().cloned().expect("a request");
+            let mut guard = EndGuard {
+                probe: probe.clone(),
+                id: id.to_string(),
+                context: req.context().cloned(),
+                completed: false,
+            };
+            let peer = req
+                .context()
+                .and_then(|c| c.peer())
+                .cloned()
+                .expect("a peer");
+            let tag = json!({ "io.modelcontextprotocol/subscriptionId": id });
+            peer.notify(
+                "notifications/subscriptions/acknowledged",
+                json!({ "_meta": tag, "notifications": params["notifications"] }),
+            )?;
+            *probe.started_count.lock().unwrap() += 1;
+            probe.started.notify_waiters();
+            loop {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                if peer
+                    .notify("notifications/tools/list_changed", json!({ "_meta": tag }))
+                    .is_err()
+                {
+                    guard.completed = true;
+                    return Ok(json!({ "resultType": "complete", "_meta": tag }));
+                }
+            }
+        }
         "tools/call" => {
             let args = &params["arguments"];
             let id = req.id().map(|id| id.to_string()).unwrap_or_default();
