@@ -6,6 +6,7 @@
 
 pub mod client;
 pub mod cpu;
+pub mod http;
 pub mod memory;
 pub mod ours;
 pub mod overhead;

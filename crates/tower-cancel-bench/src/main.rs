@@ -4,14 +4,16 @@
 //! cargo run --release -p tower-cancel-bench              # everything (under 10 minutes on 2 cores)
 //! cargo run --release -p tower-cancel-bench -- --quick   # each workload small: proves the harness works
 //! cargo run --release -p tower-cancel-bench -- --out DIR # where results.md and cancel-latency.svg go
-//! cargo run --release -p tower-cancel-bench -- --only 3  # one figure (1 to 6) alone
+//! cargo run --release -p tower-cancel-bench -- --only 3  # one figure (1 to 6, or 8) alone
 //! ```
 
 use std::{fs, future::Future, path::PathBuf, time::Instant};
 
 use tower_cancel_bench::{
     client::Transport,
-    cpu, memory,
+    cpu,
+    http::{self, HttpTarget},
+    memory,
     ours::{
         LSP_BARE, LSP_STACK, LSP_STACK_SPAWNED, LSP_STACK_SPAWNED_LIMITED, MCP_STACK, SPAWNED_LIMIT,
     },
@@ -40,6 +42,9 @@ struct Sizes {
     mixed_requests: u64,
     cpu_requests: u64,
     cpu_samples: usize,
+    http_samples: usize,
+    http_clients: usize,
+    http_requests: u64,
 }
 
 const FULL: Sizes = Sizes {
@@ -55,6 +60,9 @@ const FULL: Sizes = Sizes {
     mixed_requests: 100_000,
     cpu_requests: 20_000,
     cpu_samples: 500,
+    http_samples: 1_000,
+    http_clients: 16,
+    http_requests: 50_000,
 };
 
 const QUICK: Sizes = Sizes {
@@ -70,6 +78,9 @@ const QUICK: Sizes = Sizes {
     mixed_requests: 2_000,
     cpu_requests: 500,
     cpu_samples: 10,
+    http_samples: 20,
+    http_clients: 16,
+    http_requests: 400,
 };
 
 const LSP_TARGETS: [Target; 3] = [LSP_STACK, peers::TOWER_LSP, peers::ASYNC_LSP];
@@ -91,7 +102,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             })
         });
     let sizes = if quick { &QUICK } else { &FULL };
-    // `--only N`: run figure N alone (1 to 6), to profile it or to refresh one table.
+    // `--only N`: run figure N alone (1 to 6, or 8), to profile it or to refresh one table.
     let only = args
         .iter()
         .position(|a| a == "--only")
@@ -150,6 +161,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "6. CPU-bound handlers: requests inline or spawned",
             cpu_tables(sizes)?,
         );
+    }
+    if wanted("8") {
+        section("8. HTTP: MCP Streamable HTTP", http_tables(sizes)?);
     }
 
     fs::create_dir_all(&out)?;
@@ -538,4 +552,82 @@ fn handler_name(spin_us: u64) -> String {
     } else {
         format!("computes {spin_us} µs")
     }
+}
+
+/// Figure 8's disconnect latency rows: ours in each revision, rmcp's where a hang-up is its cancel.
+const HTTP_LATENCY_TARGETS: [HttpTarget; 3] = [
+    http::OURS_STATELESS,
+    http::RMCP_STATELESS,
+    http::OURS_SESSIONS,
+];
+/// Figure 8's throughput rows, ours first in each revision.
+const HTTP_THROUGHPUT_TARGETS: [HttpTarget; 4] = [
+    http::OURS_STATELESS,
+    http::RMCP_STATELESS,
+    http::OURS_SESSIONS,
+    http::RMCP_SESSIONS,
+];
+
+fn http_tables(sizes: &Sizes) -> Result<String, Box<dyn std::error::Error>> {
+    let mut latency = Table::new(&[
+        "server, revision",
+        "p50 (µs)",
+        "p99 (µs)",
+        "max (µs)",
+        "missed",
+        "left in flight",
+    ]);
+    for target in HTTP_LATENCY_TARGETS {
+        let samples = sizes.http_samples;
+        let result = run(async move { http::disconnect_latency(&target, samples).await })?;
+        latency.row(&[
+            target.name.to_owned(),
+            micros(percentile(&result.samples, 50.0)),
+            micros(percentile(&result.samples, 99.0)),
+            micros(percentile(&result.samples, 100.0)),
+            result.missed.to_string(),
+            result
+                .left_in_flight
+                .map_or_else(|| "–".to_owned(), |n| n.to_string()),
+        ]);
+    }
+    // Rounds interleave the servers, so that drift in the machine's speed touches all alike.
+    let mut runs = vec![Vec::new(); HTTP_THROUGHPUT_TARGETS.len()];
+    for _ in 0..sizes.e2e_rounds {
+        for (target, runs) in HTTP_THROUGHPUT_TARGETS.iter().zip(&mut runs) {
+            let (target, clients, total) = (*target, sizes.http_clients, sizes.http_requests);
+            runs.push(run(async move {
+                http::throughput(&target, clients, total).await
+            })?);
+        }
+    }
+    let mut throughput = Table::new(&["server, revision", "requests per second", "vs ours"]);
+    let mut ours = 0.0;
+    for (target, runs) in HTTP_THROUGHPUT_TARGETS.iter().zip(&runs) {
+        let per_second = median(runs);
+        if target.name.starts_with("tower-cancel") {
+            ours = per_second;
+        }
+        throughput.row(&[
+            target.name.to_owned(),
+            format!("{per_second:.0}"),
+            format!("{:.2}", per_second / ours),
+        ]);
+    }
+    Ok(format!(
+        "One endpoint per server at `/mcp` of an axum router on 127.0.0.1, each in its default configuration (ours \
+         with `cancel_on_disconnect_in_sessions(true)`), one tool `sleep {{ms, tag}}` whose guard records the \
+         instant its future is dropped (rmcp's tool races its work against the request's `ct`).\n\nDisconnect to \
+         handler stopped: {} requests per row, one at a time, each a raw HTTP/1.1 POST on a new connection; once \
+         the handler runs, the connection is dropped and the time taken from there to the handler's guard dropped \
+         (rmcp's 2025-11-25 sessions are not in this table: a hang-up there is not a cancel).\n\n{}\nThroughput: \
+         {} concurrent clients over one keep-alive reqwest pool (HTTP/1.1), {} `tools/call` of `sleep 0` in all, \
+         median of {} runs, the servers alternating; in 2025-11-25 each client opens its own session first.\n\n{}",
+        sizes.http_samples,
+        latency.finish(),
+        sizes.http_clients,
+        sizes.http_requests,
+        sizes.e2e_rounds,
+        throughput.finish()
+    ))
 }

@@ -5,7 +5,10 @@
 
 use std::{
     collections::HashMap,
-    sync::{Mutex, OnceLock},
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Mutex, OnceLock,
+    },
     time::{Duration, Instant},
 };
 
@@ -66,6 +69,28 @@ pub async fn wait_for_stop(tag: u64, patience: Duration) -> Option<Instant> {
 /// Forget every stop recorded (between runs).
 pub fn clear() {
     stops().lock().unwrap().clear();
+}
+
+/// The tag of the handler that last began its work, for a client that must wait until its request runs
+/// ([`mark_started`], [`wait_for_start`]: the HTTP workloads, which hold one request at a time).
+static LAST_STARTED: AtomicU64 = AtomicU64::new(u64::MAX);
+
+/// A handler has begun work on `tag` (its [`Work`] guard is held).
+pub fn mark_started(tag: u64) {
+    LAST_STARTED.store(tag, Ordering::Release);
+}
+
+/// Wait up to `patience` for the handler of `tag` to begin; whether it did. It yields between looks, as
+/// [`wait_for_stop`] does.
+pub async fn wait_for_start(tag: u64, patience: Duration) -> bool {
+    let deadline = Instant::now() + patience;
+    while LAST_STARTED.load(Ordering::Acquire) != tag {
+        if Instant::now() > deadline {
+            return false;
+        }
+        tokio::task::yield_now().await;
+    }
+    true
 }
 
 /// The arguments of one unit of work.

@@ -4,6 +4,7 @@ pub mod async_lsp;
 #[cfg(test)]
 mod lsp_check;
 pub mod rmcp;
+pub mod rmcp_http;
 pub mod tower_lsp;
 
 use crate::target::{Protocol, Target};
@@ -24,7 +25,7 @@ pub const ASYNC_LSP: Target = Target {
 
 /// rmcp, the official Rust SDK of MCP.
 pub const RMCP: Target = Target {
-    name: "rmcp 3.9",
+    name: "rmcp 3.11",
     protocol: Protocol::Mcp,
     serve: rmcp::serve,
 };

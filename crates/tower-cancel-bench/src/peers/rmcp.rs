@@ -1,11 +1,11 @@
-//! The MCP peer: [rmcp](https://docs.rs/rmcp) 3.9 serving the MCP workload over newline-delimited JSON.
+//! The MCP peer: [rmcp](https://docs.rs/rmcp) 3.11 serving the MCP workload over newline-delimited JSON.
 //!
 //! # What rmcp does on `notifications/cancelled`
 //!
-//! Read from rmcp 3.9.0 `src/service.rs` (`serve_inner`): every request runs in its own `tokio::spawn`ed task, with
-//! a `RequestContext` whose `ct` is a child of a per-request token kept in the serve loop's `local_ct_pool`. On
-//! `notifications/cancelled {"requestId": n}` the loop removes `n`'s token from that pool and cancels it; that is
-//! all. The handler task is **not** aborted and its future is **not** dropped: a handler that never looks at
+//! Read from rmcp 3.9.0 `src/service.rs` (`serve_inner`), unchanged in 3.11.0: every request runs in its own
+//! `tokio::spawn`ed task, with a `RequestContext` whose `ct` is a child of a per-request token kept in the serve
+//! loop's `local_ct_pool`. On `notifications/cancelled {"requestId": n}` the loop removes `n`'s token from that
+//! pool and cancels it; that is all. The handler task is **not** aborted and its future is **not** dropped: a handler that never looks at
 //! `context.ct` runs to its end. When the cancelled handler eventually answers, the loop finds no token for `n` and
 //! drops the answer ("dropping response for cancelled request"), so **nothing is sent on the wire for a cancelled
 //! request**, as the MCP spec asks. (The same `ServerHandler::on_cancelled` hook is also called, a no-op here.)
