@@ -89,3 +89,27 @@ fn a_subscription_teardown_names_the_listen_request() {
                "params":{"requestId":"listen:0","reason":"subscription ended by the server"}})
     );
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_conversation_that_initialized_speaks_a_session_revision_to_its_end() {
+    let scope = Scope::with_dialect(Mcp);
+    let (outbox, mut receiver) = Outbox::new();
+    let connection = scope.connect(outbox);
+    serve_one(
+        &connection,
+        json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25"}}),
+    )
+    .await;
+    assert!(connection.session().is_initialized());
+    // Its later requests are not looked at for a revision (a stray key does not change the conversation).
+    serve_one(
+        &connection,
+        json!({"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{
+            "io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}),
+    )
+    .await;
+    assert!(!connection.session().sends_no_cancels());
+    drop_a_call(&connection).await;
+    let sent = sent(&mut receiver);
+    assert_eq!(sent.last().unwrap()["method"], "notifications/cancelled");
+}

@@ -118,9 +118,10 @@ impl Dialect for Mcp {
     }
 
     fn observe_request(&self, request: &Request, session: &SessionState) {
-        // Once per conversation, and only for params that name the key at all: the common request pays a
-        // flag load and, at most, a substring search.
-        if session.sends_no_cancels() {
+        // Decided once per conversation: a stateless one on its first request; one that completed `initialize`
+        // speaks a session revision, so its requests are not looked at again (their params may be large).
+        // Before that, only params that name the key at all are parsed.
+        if session.sends_no_cancels() || session.is_initialized() {
             return;
         }
         let Some(params) = request.params() else {
