@@ -1,8 +1,12 @@
 //! Reading a POST's body: its size bounded, its content type checked, its JSON-RPC messages parsed.
 
-use axum::body::Body;
+use axum::{
+    body::Body,
+    response::{IntoResponse, Response as HttpResponse},
+};
 use bytes::Bytes;
-use http::{header, HeaderMap, StatusCode};
+use http::{header, HeaderMap, HeaderValue, StatusCode};
+use serde::Serialize;
 use serde_json::value::RawValue;
 use tower_cancel::{message::InvalidMessage, ErrorObject, Message};
 
@@ -98,4 +102,24 @@ fn is_array(bytes: &[u8]) -> bool {
         .iter()
         .find(|byte| !byte.is_ascii_whitespace())
         .is_some_and(|&byte| byte == b'[')
+}
+
+/// A JSON body with `status` (a reply, or an array of them).
+pub(crate) fn json_response(status: StatusCode, body: &impl Serialize) -> HttpResponse {
+    match serde_json::to_vec(body) {
+        Ok(body) => (
+            status,
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            )],
+            body,
+        )
+            .into_response(),
+        Err(error) => {
+            // Our replies' maps have string keys and their numbers are finite: this does not happen.
+            tracing::error!(%error, "a reply could not be serialized");
+            StatusCode::INTERNAL_SERVER_ERROR.into_response()
+        }
+    }
 }

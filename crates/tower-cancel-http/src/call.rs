@@ -42,32 +42,37 @@ where
     type Fut = S::Future;
 }
 
-/// Call `service` with `request` on a task of its own. The task's output is the request's reply (none for a
-/// notification, or where the dialect answers a cancelled request with silence); a service error or a panic is
-/// answered as the stack's error layer answers it (-32603). `hold` (a lease on the request's scope) is kept
-/// until the request is over.
+/// Call `service` with `request` on a task of its own, keeping `hold` (a lease on the request's scope) until the
+/// request is over. The task's output is what [`settle`] gives.
 pub(crate) fn spawn<S: RpcService, H: Send + 'static>(
     service: S,
     request: Request,
     hold: H,
 ) -> JoinHandle<Option<Response>> {
-    let id = request.id().cloned();
     tokio::spawn(async move {
         let _hold = hold;
-        let failure: BoxError = match AssertUnwindSafe(service.oneshot(request))
-            .catch_unwind()
-            .await
-        {
-            Ok(Ok(reply)) => return reply,
-            Ok(Err(error)) => error.into(),
-            Err(payload) => {
-                let panicked = Panicked::from_payload(&*payload);
-                tracing::error!("{panicked}");
-                Box::new(panicked)
-            }
-        };
-        id.map(|id| Response::error(Some(id), error_object(&*failure)))
+        settle(service, request).await
     })
+}
+
+/// Call `service` with `request` and wait for its reply (none for a notification, or where the dialect answers a
+/// cancelled request with silence); a service error or a panic is answered as the stack's error layer answers it
+/// (-32603).
+async fn settle<S: RpcService>(service: S, request: Request) -> Option<Response> {
+    let id = request.id().cloned();
+    let failure: BoxError = match AssertUnwindSafe(service.oneshot(request))
+        .catch_unwind()
+        .await
+    {
+        Ok(Ok(reply)) => return reply,
+        Ok(Err(error)) => error.into(),
+        Err(payload) => {
+            let panicked = Panicked::from_payload(&*payload);
+            tracing::error!("{panicked}");
+            Box::new(panicked)
+        }
+    };
+    id.map(|id| Response::error(Some(id), error_object(&*failure)))
 }
 
 /// The reply of a request's task. A task that was aborted (the runtime is shutting down) has no reply.

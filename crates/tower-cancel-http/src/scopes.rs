@@ -220,3 +220,71 @@ impl<K: Eq + Hash, V> fmt::Debug for Lease<K, V> {
         f.debug_struct("Lease").finish_non_exhaustive()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tower_cancel::Scope;
+
+    use super::{Full, Scopes};
+
+    const LINGER: Duration = Duration::from_secs(60);
+
+    #[tokio::test(start_paused = true)]
+    async fn an_entry_outlives_its_last_lease_by_its_linger_then_goes() {
+        let scopes = Scopes::<&str, Scope>::new(LINGER, 10);
+        let lease = scopes.lease_or_insert("alice", Scope::new).unwrap();
+        // A cancel for a request not yet arrived: remembered in that scope, so the scope can be told apart.
+        lease.cancel(&1.into(), tower_cancel::CancelReason::peer(None));
+        drop(lease);
+        tokio::time::advance(LINGER / 2).await;
+        // Within the linger the same scope is found again (a cancel POSTed just after its request ended).
+        let again = scopes.lease_or_insert("alice", Scope::new).unwrap();
+        assert!(
+            again.registry().stats().remembered_bytes > 0,
+            "the same scope"
+        );
+        assert_eq!(scopes.len(), 1);
+        drop(again);
+        tokio::time::advance(LINGER).await;
+        // The next insert sweeps it (at most once per linger).
+        let _bob = scopes.lease_or_insert("bob", Scope::new).unwrap();
+        assert_eq!(scopes.len(), 1);
+        assert!(scopes.lease(&"alice").is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_leased_entry_is_never_swept_and_a_full_table_refuses() {
+        let scopes = Scopes::<u32, Scope>::new(LINGER, 2);
+        let held = scopes.lease_or_insert(1, Scope::new).unwrap();
+        let idle = scopes.lease_or_insert(2, Scope::new).unwrap();
+        drop(idle);
+        assert!(
+            matches!(scopes.lease_or_insert(3, Scope::new), Err(Full)),
+            "two kept, neither past its linger"
+        );
+        tokio::time::advance(LINGER * 2).await;
+        // Full: the sweep takes the idle entry, never the leased one.
+        let _three = scopes.lease_or_insert(3, Scope::new).unwrap();
+        assert!(scopes.lease(&1).is_some() && scopes.lease(&2).is_none());
+        drop(held);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn removing_an_entry_forgets_it_and_a_lease_left_on_it_is_harmless() {
+        let scopes = Scopes::<u32, Scope>::new(LINGER, 10);
+        let lease = scopes.lease_or_insert(1, Scope::new).unwrap();
+        assert!(scopes
+            .remove(&1, tower_cancel::CancelReason::Disconnect)
+            .is_some());
+        assert!(scopes
+            .remove(&1, tower_cancel::CancelReason::Disconnect)
+            .is_none());
+        // A new entry under the same key is not miscounted by the old lease's drop.
+        let fresh = scopes.lease_or_insert(1, Scope::new).unwrap();
+        drop(lease);
+        drop(fresh);
+        assert_eq!(scopes.len(), 1);
+    }
+}

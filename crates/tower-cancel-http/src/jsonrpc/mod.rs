@@ -265,24 +265,10 @@ async fn serve<S: RpcService>(
         };
         answered.extend(reply);
     }
-    let body = match (batch, answered.len()) {
-        (_, 0) => return StatusCode::NO_CONTENT.into_response(),
-        (false, _) => serde_json::to_vec(&answered[0]),
-        (true, _) => serde_json::to_vec(&answered),
-    };
-    match body {
-        Ok(body) => (
-            [(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            )],
-            body,
-        )
-            .into_response(),
-        Err(error) => {
-            tracing::error!(%error, "a reply could not be serialized");
-            StatusCode::INTERNAL_SERVER_ERROR.into_response()
-        }
+    match (batch, answered.len()) {
+        (_, 0) => StatusCode::NO_CONTENT.into_response(),
+        (false, _) => body::json_response(StatusCode::OK, &answered[0]),
+        (true, _) => body::json_response(StatusCode::OK, &answered),
     }
 }
 

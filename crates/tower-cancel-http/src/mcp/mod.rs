@@ -101,7 +101,7 @@ pub use self::{
 };
 use self::{
     reply::{Pending, Shape},
-    revision::{Refusal, PROTOCOL_VERSION},
+    revision::{Refusal, Spoken, PROTOCOL_VERSION},
     session::Sessions,
 };
 use crate::{
@@ -314,38 +314,29 @@ impl<S: RpcService> Endpoint<S> {
             }
             Messages::Batch(_) => unreachable!("batches are parsed as one invalid message"),
         };
-        let request = match &message {
-            Message::Request(request) => Some(request),
-            Message::Response(_) => None,
-        };
-        if revision::is_stateless(&parts.headers, request) {
-            self.stateless(parts, message, sse).await
-        } else {
-            self.session(parts, message, sse).await
+        match revision::classify(&parts.headers, &message) {
+            Ok(Spoken::Session) => self.session(parts, message, sse).await,
+            Ok(Spoken::Stateless(version)) => self.stateless(parts, message, sse, version).await,
+            Err(Refusal {
+                status,
+                error: refusal,
+            }) => error(status, message_id(&message), refusal),
         }
     }
 
-    async fn stateless(self, parts: Parts, message: Message, sse: bool) -> HttpResponse {
+    async fn stateless(
+        self,
+        parts: Parts,
+        message: Message,
+        sse: bool,
+        version: String,
+    ) -> HttpResponse {
         let Message::Request(request) = message else {
             let refusal =
                 ErrorObject::invalid_request("clients send no responses in this revision");
             return error(StatusCode::BAD_REQUEST, None, refusal);
         };
-        // A notification (the TS client POSTs `notifications/cancelled` as it closes a listen stream) has no
-        // header rules in this revision: taken with 202.
-        let version = match request.id() {
-            None => None,
-            Some(_) => match revision::check_stateless(&parts.headers, &request) {
-                Ok(version) => Some(version),
-                Err(Refusal {
-                    status,
-                    error: refusal,
-                }) => return error(status, request.id().cloned(), refusal),
-            },
-        };
-        let revision = Revision::Stateless {
-            version: version.clone().unwrap_or_default(),
-        };
+        let revision = Revision::Stateless { version };
         // Each stateless request is a scope of its own: nothing else can name it, and its stream is its cancel.
         let scope = Scope::with_dialect(Mcp);
         let (outbox, receiver) = Outbox::new();
@@ -467,7 +458,7 @@ impl<S: RpcService> Endpoint<S> {
                 .close(&session_id, tower_cancel::CancelReason::Disconnect);
             return StatusCode::ACCEPTED.into_response();
         };
-        let mut response = json(StatusCode::OK, &reply);
+        let mut response = body::json_response(StatusCode::OK, &reply);
         if reply.outcome.is_ok() {
             tracing::debug!(session = %session_id, "session opened");
             if let Ok(value) = HeaderValue::from_str(&session_id) {
@@ -561,17 +552,5 @@ fn session_not_found(id: Option<tower_cancel::Id>) -> HttpResponse {
 }
 
 fn error(status: StatusCode, id: Option<tower_cancel::Id>, error: ErrorObject) -> HttpResponse {
-    json(status, &Response::error(id, error))
-}
-
-fn json(status: StatusCode, reply: &Response) -> HttpResponse {
-    (
-        status,
-        [(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        )],
-        serde_json::to_vec(reply).unwrap_or_default(),
-    )
-        .into_response()
+    body::json_response(status, &Response::error(id, error))
 }

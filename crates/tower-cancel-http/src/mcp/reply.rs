@@ -14,11 +14,14 @@ use axum::response::{
     IntoResponse, Response as HttpResponse,
 };
 use futures_util::stream;
-use http::{header, HeaderMap, HeaderValue, StatusCode};
+use http::{HeaderMap, HeaderValue, StatusCode};
 use tokio::task::JoinHandle;
-use tower_cancel::{outbox::OutboxReceiver, Response};
+use tower_cancel::{
+    outbox::{OutboxReceiver, Outgoing},
+    Response,
+};
 
-use crate::call::HangUp;
+use crate::{body, call::HangUp};
 
 /// What a request's response is made from.
 pub(crate) struct Pending<H> {
@@ -52,7 +55,7 @@ pub(crate) async fn respond<H: Send + 'static>(
     let first = tokio::select! {
         biased;
         reply = &mut pending.task => First::Reply(reply.unwrap_or_default()),
-        Some(message) = pending.receiver.recv(), if shape.sse => First::Message(message.to_vec(), message),
+        Some(message) = pending.receiver.recv(), if shape.sse => First::Message(message),
         () = tokio::time::sleep(shape.keep_alive), if shape.sse => First::Quiet,
     };
     let mut queued = VecDeque::new();
@@ -65,9 +68,9 @@ pub(crate) async fn respond<H: Send + 'static>(
             queued.extend(reply.as_ref().map(event));
             None
         }
-        First::Message(bytes, message) => {
+        First::Message(message) => {
             pending.receiver.written(&message);
-            queued.push_back(data(&bytes));
+            queued.push_back(data(&message));
             Some(pending.task)
         }
         First::Quiet => Some(pending.task),
@@ -96,7 +99,7 @@ pub(crate) async fn respond<H: Send + 'static>(
 
 enum First {
     Reply(Option<Response>),
-    Message(Vec<u8>, tower_cancel::outbox::Outgoing),
+    Message(Outgoing),
     Quiet,
 }
 
@@ -146,7 +149,7 @@ fn data(bytes: &[u8]) -> Event {
 }
 
 fn event(reply: &Response) -> Event {
-    data(&serde_json::to_vec(reply).unwrap_or_default())
+    Event::default().data(serde_json::to_string(reply).unwrap_or_default())
 }
 
 fn json(reply: Option<Response>, shape: &Shape) -> HttpResponse {
@@ -156,16 +159,7 @@ fn json(reply: Option<Response>, shape: &Shape) -> HttpResponse {
         response.headers_mut().extend(shape.headers.clone());
         return response;
     };
-    let status = (shape.status)(&reply);
-    let mut response = (
-        status,
-        [(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        )],
-        serde_json::to_vec(&reply).unwrap_or_default(),
-    )
-        .into_response();
+    let mut response = body::json_response((shape.status)(&reply), &reply);
     response.headers_mut().extend(shape.headers.clone());
     response
 }

@@ -7,9 +7,9 @@
 
 use base64::Engine;
 use http::{HeaderMap, StatusCode};
-use serde::Deserialize;
-use serde_json::{json, value::RawValue, Value};
-use tower_cancel::{ErrorObject, Request};
+use serde::{de::IgnoredAny, Deserialize};
+use serde_json::{json, value::RawValue};
+use tower_cancel::{ErrorObject, Message, Request};
 
 /// The stateless revisions this server speaks (each request carries its version; no session).
 pub const STATELESS_VERSIONS: &[&str] = &["2026-07-28"];
@@ -43,31 +43,6 @@ pub enum Revision {
     },
 }
 
-/// What the request's `params` say of the revision.
-#[derive(Deserialize, Default)]
-struct Params<'a> {
-    #[serde(default, rename = "_meta")]
-    meta: Option<serde_json::Map<String, Value>>,
-    #[serde(default, borrow)]
-    name: Option<&'a RawValue>,
-    #[serde(default, borrow)]
-    uri: Option<&'a RawValue>,
-}
-
-/// Whether this POST is stateless (see the module docs).
-pub(crate) fn is_stateless(headers: &HeaderMap, message: Option<&Request>) -> bool {
-    let header = headers
-        .get(PROTOCOL_VERSION)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| STATELESS_VERSIONS.contains(&v));
-    header || message.is_some_and(|request| meta_version(request).is_some())
-}
-
-fn meta_version(request: &Request) -> Option<String> {
-    let params: Params<'_> = serde_json::from_str(request.params()?.get()).ok()?;
-    params.meta?.get(META_VERSION)?.as_str().map(str::to_owned)
-}
-
 /// A refusal of a stateless request: 400 with the JSON-RPC error.
 #[derive(Debug)]
 pub(crate) struct Refusal {
@@ -91,27 +66,81 @@ impl Refusal {
     }
 }
 
-/// Check a stateless request against its headers, as the revision says: `MCP-Protocol-Version` equals
-/// `_meta`'s version, which this server speaks; `_meta` has the required keys; `Mcp-Method` equals the method;
-/// `Mcp-Name` equals `params.name` or `params.uri` where the method needs it. Returns the version.
-pub(crate) fn check_stateless(headers: &HeaderMap, request: &Request) -> Result<String, Refusal> {
-    let params: Params<'_> = match request.params() {
-        Some(raw) => serde_json::from_str(raw.get())
-            .map_err(|e| Refusal::bad(ErrorObject::invalid_params(e)))?,
-        None => Params::default(),
+/// What a request's `params` say of the revision, read once.
+#[derive(Deserialize, Default)]
+struct Params<'a> {
+    #[serde(default, rename = "_meta")]
+    meta: Option<Meta>,
+    #[serde(default, borrow)]
+    name: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    uri: Option<&'a RawValue>,
+}
+
+/// The keys of `_meta` the revision requires (the client's capabilities are only checked for presence).
+#[derive(Deserialize)]
+struct Meta {
+    #[serde(default, rename = "io.modelcontextprotocol/protocolVersion")]
+    version: Option<String>,
+    #[serde(default, rename = "io.modelcontextprotocol/clientCapabilities")]
+    capabilities: Option<IgnoredAny>,
+}
+
+/// The revision a POST speaks.
+#[derive(Debug)]
+pub(crate) enum Spoken {
+    /// A revision with sessions.
+    Session,
+    /// The stateless revision, and its version (checked for a request; as sent for a notification).
+    Stateless(String),
+}
+
+/// Which revision a POST speaks (see the module docs), and, for a stateless request, whether it keeps the
+/// revision's rules: `MCP-Protocol-Version` equals `_meta`'s version, which this server speaks; `_meta` has the
+/// required keys; `Mcp-Method` equals the method; `Mcp-Name` equals `params.name` or `params.uri` where the
+/// method needs it. A notification of that revision has no header rules (the TS client POSTs
+/// `notifications/cancelled` as it closes a listen stream, with only the version header).
+pub(crate) fn classify(headers: &HeaderMap, message: &Message) -> Result<Spoken, Refusal> {
+    let header_version = headers
+        .get(PROTOCOL_VERSION)
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| STATELESS_VERSIONS.contains(v));
+    let Message::Request(request) = message else {
+        return Ok(match header_version {
+            Some(version) => Spoken::Stateless(version.to_owned()),
+            None => Spoken::Session,
+        });
     };
+    let params = match request.params() {
+        Some(raw) => serde_json::from_str::<Params<'_>>(raw.get()),
+        None => Ok(Params::default()),
+    };
+    let body_version = params
+        .as_ref()
+        .ok()
+        .and_then(|p| p.meta.as_ref()?.version.clone());
+    let version = match (body_version, header_version) {
+        (None, None) => return Ok(Spoken::Session),
+        (Some(version), _) => version,
+        (None, Some(version)) => version.to_owned(),
+    };
+    if request.id().is_none() {
+        return Ok(Spoken::Stateless(version));
+    }
+    let params = params.map_err(|e| Refusal::bad(ErrorObject::invalid_params(e)))?;
+    check(headers, request, &params).map(Spoken::Stateless)
+}
+
+fn check(headers: &HeaderMap, request: &Request, params: &Params<'_>) -> Result<String, Refusal> {
     let meta = params
         .meta
         .as_ref()
         .ok_or_else(|| Refusal::bad(ErrorObject::invalid_params("params._meta is required")))?;
-    let version = meta
-        .get(META_VERSION)
-        .and_then(Value::as_str)
-        .ok_or_else(|| {
-            Refusal::bad(ErrorObject::invalid_params(format!(
-                "_meta[\"{META_VERSION}\"] is required"
-            )))
-        })?;
+    let version = meta.version.as_deref().ok_or_else(|| {
+        Refusal::bad(ErrorObject::invalid_params(format!(
+            "_meta[\"{META_VERSION}\"] is required"
+        )))
+    })?;
     match header(headers, PROTOCOL_VERSION)? {
         None => {
             return Err(Refusal::mismatch(
@@ -128,7 +157,7 @@ pub(crate) fn check_stateless(headers: &HeaderMap, request: &Request) -> Result<
     if !STATELESS_VERSIONS.contains(&version) {
         return Err(unsupported(version));
     }
-    if !meta.contains_key(META_CAPABILITIES) {
+    if meta.capabilities.is_none() {
         return Err(Refusal::bad(ErrorObject::invalid_params(format!(
             "_meta[\"{META_CAPABILITIES}\"] is required"
         ))));
