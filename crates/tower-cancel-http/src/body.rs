@@ -98,10 +98,20 @@ pub(crate) fn parse(bytes: &[u8], batches: bool) -> Messages {
 }
 
 fn is_array(bytes: &[u8]) -> bool {
+    first_byte(bytes) == Some(b'[')
+}
+
+/// Whether the body is a JSON object (by its first byte). Read a struct only from an object: serde's derived
+/// `Deserialize` also reads one from an array, by position, a shape no protocol of ours allows.
+pub(crate) fn is_object(bytes: &[u8]) -> bool {
+    first_byte(bytes) == Some(b'{')
+}
+
+fn first_byte(bytes: &[u8]) -> Option<u8> {
     bytes
         .iter()
+        .copied()
         .find(|byte| !byte.is_ascii_whitespace())
-        .is_some_and(|&byte| byte == b'[')
 }
 
 /// A JSON body with `status` (a reply, or an array of them).

@@ -58,7 +58,7 @@ pub(crate) fn spawn<S: RpcService, H: Send + 'static>(
 /// Call `service` with `request` and wait for its reply (none for a notification, or where the dialect answers a
 /// cancelled request with silence); a service error or a panic is answered as the stack's error layer answers it
 /// (-32603).
-async fn settle<S: RpcService>(service: S, request: Request) -> Option<Response> {
+pub(crate) async fn settle<S: RpcService>(service: S, request: Request) -> Option<Response> {
     let id = request.id().cloned();
     let failure: BoxError = match AssertUnwindSafe(service.oneshot(request))
         .catch_unwind()

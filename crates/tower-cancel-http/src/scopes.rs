@@ -120,6 +120,23 @@ impl<K: Eq + Hash + Clone + Send + 'static, V: Scoped> Scopes<K, V> {
         Some(entry.value)
     }
 
+    /// The entry of `key`, if there is one, without leasing it.
+    pub(crate) fn get(&self, key: &K) -> Option<Arc<V>> {
+        self.lock()
+            .entries
+            .get(key)
+            .map(|entry| entry.value.clone())
+    }
+
+    /// Every entry now (for a shutdown that reaches them all).
+    pub(crate) fn values(&self) -> Vec<Arc<V>> {
+        self.lock()
+            .entries
+            .values()
+            .map(|entry| entry.value.clone())
+            .collect()
+    }
+
     /// How many entries the table holds.
     pub(crate) fn len(&self) -> usize {
         self.lock().entries.len()

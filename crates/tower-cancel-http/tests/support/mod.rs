@@ -17,6 +17,8 @@ use tokio::{
 };
 use tower_cancel::{BoxError, CancelReason, Request};
 
+pub mod rap;
+
 /// Serve `router` on a free loopback port.
 pub async fn serve(router: Router) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -96,10 +98,15 @@ impl Drop for EndGuard {
 
 /// The handler: `demo/sleep {ms}` -> `{slept}`; anything else -> `{method}`.
 pub async fn handle(probe: Probe, req: Request) -> Result<Value, BoxError> {
-    let id = req.id().map(|id| id.to_string()).unwrap_or_default();
     if req.method() != "demo/sleep" {
         return Ok(json!({ "method": req.method() }));
     }
+    sleep(probe, req).await
+}
+
+/// Sleep for the request's `ms` param, then answer `{slept}`; the probe records how it ended.
+pub async fn sleep(probe: Probe, req: Request) -> Result<Value, BoxError> {
+    let id = req.id().map(|id| id.to_string()).unwrap_or_default();
     let ms = req
         .params_as::<Value>()
         .ok()

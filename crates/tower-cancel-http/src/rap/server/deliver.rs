@@ -1,0 +1,81 @@
+//! Delivering a result to the runtime's `callback_url`.
+//!
+//! The spec asks tools to retry a delivery that failed for a passing reason (a 5xx, a connection error, a
+//! timeout) with exponential backoff, and never one the runtime refused (a 4xx): a tool result is the one message
+//! the runtime is waiting for, so it is not given up on at the first hiccup. The attempts are bounded.
+
+use std::time::Duration;
+
+use http::StatusCode;
+
+use super::super::wire::ToolResult;
+
+/// How results are delivered: the HTTP client, and how hard to try.
+#[derive(Clone, Debug)]
+pub(super) struct Delivery {
+    pub(super) client: reqwest::Client,
+    /// Attempts in all (the first included).
+    pub(super) attempts: u32,
+    /// The wait before the second attempt; doubled before each next one.
+    pub(super) backoff: Duration,
+    /// How long one attempt may take.
+    pub(super) attempt_timeout: Duration,
+}
+
+/// What became of a delivery.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Delivered {
+    /// The runtime answered 2xx.
+    Accepted,
+    /// The runtime refused it (4xx), or every attempt failed.
+    Failed,
+}
+
+impl Delivery {
+    pub(super) async fn send(&self, url: &str, result: &ToolResult) -> Delivered {
+        let body = match serde_json::to_vec(result) {
+            Ok(body) => body,
+            Err(error) => {
+                // A result of strings and JSON values: this does not happen.
+                tracing::error!(%error, "a tool result could not be serialized");
+                return Delivered::Failed;
+            }
+        };
+        let mut backoff = self.backoff;
+        for attempt in 1..=self.attempts.max(1) {
+            let post = self
+                .client
+                .post(url)
+                .header(http::header::CONTENT_TYPE, "application/json")
+                .body(body.clone())
+                .send();
+            let retry = match tokio::time::timeout(self.attempt_timeout, post).await {
+                Ok(Ok(response)) if response.status().is_success() => {
+                    tracing::debug!(thread = %result.group_id, call = %result.id, attempt, "tool result delivered");
+                    return Delivered::Accepted;
+                }
+                Ok(Ok(response)) => {
+                    let status = response.status();
+                    tracing::warn!(thread = %result.group_id, call = %result.id, attempt, %status, "the runtime did not take the tool result");
+                    status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS
+                }
+                Ok(Err(error)) => {
+                    tracing::warn!(thread = %result.group_id, call = %result.id, attempt, %error, "the tool result could not be posted");
+                    // A URL reqwest cannot use will not get better.
+                    !error.is_builder()
+                }
+                Err(_elapsed) => {
+                    tracing::warn!(thread = %result.group_id, call = %result.id, attempt, timeout_ms = self.attempt_timeout.as_millis() as u64, "posting the tool result timed out");
+                    true
+                }
+            };
+            if !retry || attempt == self.attempts {
+                break;
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = backoff.saturating_mul(2);
+        }
+        tracing::error!(thread = %result.group_id, call = %result.id, url, "the tool result was not delivered");
+        Delivered::Failed
+    }
+}

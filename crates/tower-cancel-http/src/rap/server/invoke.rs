@@ -1,0 +1,168 @@
+//! `POST {endpoint}`: an invocation is acknowledged at once, then runs as a request of its thread's scope, and its
+//! result is POSTed to the runtime's `callback_url`, unless the runtime cancelled the call.
+
+use std::sync::{atomic::Ordering, Arc};
+
+use axum::{
+    body::Body,
+    extract::State,
+    response::{IntoResponse, Response as HttpResponse},
+};
+use http::StatusCode;
+use tower_cancel::{ErrorObject, Id, Outbox, Request};
+
+use super::{
+    deliver::Delivered,
+    threads::{CallHold, Thread},
+    ToolServer,
+};
+use crate::{
+    body,
+    call::{self, RpcService},
+    rap::{ids, output, wire::Invocation, ToolCall},
+    scopes::Scoped,
+};
+
+/// The longest `call_id` echoed back (a provider's id; it is only echoed, never looked up).
+const MAX_CALL_ID_BYTES: usize = 1024;
+
+pub(super) async fn invoke<S: RpcService>(
+    State(server): State<ToolServer<S>>,
+    request: http::Request<Body>,
+) -> HttpResponse {
+    let (parts, body) = request.into_parts();
+    let config = &server.config;
+    let refuse = |status: StatusCode, detail: String| {
+        config.counters.refused.increment();
+        tracing::warn!(%status, %detail, "an invocation was refused");
+        (status, detail).into_response()
+    };
+    if let Err(refused) = body::check_json(&parts.headers) {
+        return refuse(refused.status, refused.detail.into());
+    }
+    let bytes = match body::read(body, config.max_body_bytes).await {
+        Ok(bytes) => bytes,
+        Err(refused) => return refuse(refused.status, refused.detail.into()),
+    };
+    // An invocation that cannot be read has nowhere to send an error result: it is refused (the runtime records a
+    // refusal as the call's error result). Everything after this point is answered 200 and by a result.
+    let invocation = if body::is_object(&bytes) {
+        serde_json::from_slice::<Invocation>(&bytes)
+    } else {
+        Err(serde::de::Error::custom("not a JSON object"))
+    };
+    let invocation = match invocation {
+        Ok(invocation) => invocation,
+        Err(error) => {
+            return refuse(
+                StatusCode::BAD_REQUEST,
+                format!("the invocation could not be read: {error}"),
+            )
+        }
+    };
+    if let Err(invalid) = ids::validate(&invocation.group_id) {
+        return refuse(StatusCode::BAD_REQUEST, format!("group_id: {invalid}"));
+    }
+    if let Err(invalid) = ids::validate(&invocation.id) {
+        return refuse(StatusCode::BAD_REQUEST, format!("id: {invalid}"));
+    }
+    if invocation
+        .call_id
+        .as_ref()
+        .is_some_and(|call_id| call_id.len() > MAX_CALL_ID_BYTES)
+    {
+        return refuse(StatusCode::BAD_REQUEST, "call_id: too long".into());
+    }
+    if let Err(invalid) = check_callback_url(&invocation.callback_url) {
+        return refuse(StatusCode::BAD_REQUEST, format!("callback_url: {invalid}"));
+    }
+
+    if config.shutting_down.load(Ordering::Acquire) {
+        return refuse(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the tool server is shutting down".into(),
+        );
+    }
+    let thread = match config
+        .threads
+        .lease_or_insert(invocation.group_id.as_str().into(), Thread::default)
+    {
+        Ok(thread) => thread,
+        Err(_full) => {
+            return refuse(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "too many threads in progress".into(),
+            )
+        }
+    };
+    let id: Arc<str> = invocation.id.as_str().into();
+    if !thread.accept(&id) {
+        // A second invocation of a call still in progress (the runtime retried one it thought lost): the first
+        // one's result answers both.
+        tracing::debug!(thread = %invocation.group_id, call = %invocation.id, "a call already in progress: not run again");
+        return StatusCode::OK.into_response();
+    }
+    config.counters.accepted.increment();
+    let hold = CallHold::new(thread, id);
+    tokio::spawn(run(server.clone(), invocation, parts, hold));
+    StatusCode::OK.into_response()
+}
+
+/// The call, on a task of its own: the handler through the stack, then the result's delivery.
+async fn run<S: RpcService>(
+    server: ToolServer<S>,
+    mut invocation: Invocation,
+    parts: http::request::Parts,
+    hold: CallHold,
+) {
+    let config = &server.config;
+    let _running = config.running.enter();
+    let outcome = if !config.operations.contains(&invocation.operation) {
+        Some(Err(ErrorObject::method_not_found(&invocation.operation)))
+    } else if !invocation.arguments.is_object() {
+        Some(Err(ErrorObject::invalid_params(
+            "the arguments must be an object",
+        )))
+    } else {
+        let mut request = Request::new(
+            Id::String(invocation.id.clone()),
+            invocation.operation.clone(),
+            std::mem::take(&mut invocation.arguments),
+        );
+        hold.thread()
+            .scope()
+            .exchange(Outbox::closed())
+            .prepare(&mut request);
+        *request.extensions_mut() = parts.extensions;
+        request.extensions_mut().insert(parts.headers);
+        request.extensions_mut().insert(ToolCall::of(&invocation));
+        call::settle(server.service.clone(), request)
+            .await
+            .map(|reply| reply.outcome)
+    };
+    let Some(outcome) = outcome else {
+        // The runtime cancelled it (or closed its thread): it has put its own result in the conversation.
+        config.counters.cancelled.increment();
+        tracing::debug!(thread = %invocation.group_id, call = %invocation.id, "cancelled by the runtime: no result is sent");
+        return;
+    };
+    let result = output::tool_result(&invocation, outcome);
+    match config
+        .delivery
+        .send(&invocation.callback_url, &result)
+        .await
+    {
+        Delivered::Accepted => config.counters.delivered.increment(),
+        Delivered::Failed => config.counters.undelivered.increment(),
+    }
+    drop(hold);
+}
+
+fn check_callback_url(url: &str) -> Result<(), &'static str> {
+    let uri: http::Uri = url.parse().map_err(|_| "not a URL")?;
+    match uri.scheme_str() {
+        Some("http" | "https") if uri.host().is_some() => Ok(()),
+        Some("http" | "https") => Err("no host"),
+        _ => Err("not an http or https URL"),
+    }
+}

@@ -1,0 +1,174 @@
+//! The runtime's notices: `cancel_tool_call`, `close_thread`, and the `tool_call_status` question.
+//!
+//! The spec's rules for the two notices: 200 with an empty body whatever happened (found or not, cancelled or
+//! not, a body that makes no sense), so the answer tells nothing about the server's calls; ids are untrusted
+//! input. Before any of it, the authentication layer has turned away a stranger (401), and the rate limit
+//! answers 429 past its quota.
+
+use axum::{
+    body::Body,
+    extract::State,
+    response::{IntoResponse, Response as HttpResponse},
+};
+use governor::clock::{Clock, DefaultClock};
+use http::{header, HeaderValue, StatusCode};
+use serde::de::DeserializeOwned;
+use tower_cancel::{CancelReason, Id};
+
+use super::{threads::Thread, ToolServer};
+use crate::scopes::Scoped;
+use crate::{
+    body,
+    rap::{
+        ids,
+        wire::{CallStatus, CancelToolCall, CloseThread},
+    },
+};
+
+/// The largest notice body read: two ids of [`ids::MAX_ID_BYTES`] and their JSON fit many times over.
+pub const MAX_NOTICE_BYTES: usize = 16 * 1024;
+
+/// Why a thread is closed, in the reason its calls are cancelled with.
+const THREAD_CLOSED: &str = "the thread was closed";
+
+pub(super) async fn cancel_tool_call<S>(
+    State(server): State<ToolServer<S>>,
+    request: http::Request<Body>,
+) -> HttpResponse {
+    if let Some(limited) = rate_limited(&server) {
+        return limited;
+    }
+    let config = &server.config;
+    config.counters.cancels.increment();
+    let Some(notice) = read::<CancelToolCall>(request, "cancel_tool_call").await else {
+        return StatusCode::OK.into_response();
+    };
+    if !valid(&notice.thread_id, "thread_id") || !valid(&notice.tool_call_id, "tool_call_id") {
+        return StatusCode::OK.into_response();
+    }
+    // A cancel before its invocation is remembered in the thread's scope, so the thread is made if need be; the
+    // table and each scope's memory of early cancels are bounded.
+    match config
+        .threads
+        .lease_or_insert(notice.thread_id.as_str().into(), Thread::default)
+    {
+        Ok(thread) => {
+            let outcome = thread.scope().cancel(
+                &Id::String(notice.tool_call_id.clone()),
+                CancelReason::peer(None),
+            );
+            tracing::debug!(thread = %notice.thread_id, call = %notice.tool_call_id, ?outcome, "cancel_tool_call");
+        }
+        Err(_full) => {
+            tracing::warn!(thread = %notice.thread_id, call = %notice.tool_call_id, "cancel_tool_call: too many threads to remember it");
+        }
+    }
+    StatusCode::OK.into_response()
+}
+
+pub(super) async fn close_thread<S>(
+    State(server): State<ToolServer<S>>,
+    request: http::Request<Body>,
+) -> HttpResponse {
+    if let Some(limited) = rate_limited(&server) {
+        return limited;
+    }
+    let config = &server.config;
+    config.counters.closes.increment();
+    let Some(notice) = read::<CloseThread>(request, "close_thread").await else {
+        return StatusCode::OK.into_response();
+    };
+    if !valid(&notice.thread_id, "thread_id") {
+        return StatusCode::OK.into_response();
+    }
+    let closed = config.threads.remove(
+        &notice.thread_id.as_str().into(),
+        CancelReason::peer(Some(THREAD_CLOSED.into())),
+    );
+    tracing::debug!(thread = %notice.thread_id, known = closed.is_some(), "close_thread");
+    StatusCode::OK.into_response()
+}
+
+pub(super) async fn tool_call_status<S>(
+    State(server): State<ToolServer<S>>,
+    request: http::Request<Body>,
+) -> HttpResponse {
+    if let Some(limited) = rate_limited(&server) {
+        return limited;
+    }
+    let alive = match read::<CancelToolCall>(request, "tool_call_status").await {
+        Some(notice)
+            if valid(&notice.thread_id, "thread_id")
+                && valid(&notice.tool_call_id, "tool_call_id") =>
+        {
+            server
+                .config
+                .threads
+                .get(&notice.thread_id.as_str().into())
+                .is_some_and(|thread| thread.is_alive(&notice.tool_call_id))
+        }
+        _ => false,
+    };
+    body::json_response(StatusCode::OK, &CallStatus { alive })
+}
+
+/// 429 past the quota (with `Retry-After`), before the body is read.
+fn rate_limited<S>(server: &ToolServer<S>) -> Option<HttpResponse> {
+    let limiter = server.config.limiter.as_ref()?;
+    let not_until = limiter.check().err()?;
+    server.config.counters.rate_limited.increment();
+    let wait = not_until.wait_time_from(DefaultClock::default().now());
+    let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+    tracing::debug!(
+        wait_ms = wait.as_millis() as u64,
+        "a notice over the rate limit: 429"
+    );
+    Some(
+        (
+            StatusCode::TOO_MANY_REQUESTS,
+            [(header::RETRY_AFTER, HeaderValue::from(seconds.max(1)))],
+        )
+            .into_response(),
+    )
+}
+
+/// The notice's body, or `None` (logged) if it is not a JSON body of that shape within [`MAX_NOTICE_BYTES`].
+async fn read<T: DeserializeOwned>(
+    request: http::Request<Body>,
+    endpoint: &'static str,
+) -> Option<T> {
+    let (parts, body) = request.into_parts();
+    if let Err(refused) = body::check_json(&parts.headers) {
+        tracing::warn!(endpoint, detail = refused.detail, "a notice ignored");
+        return None;
+    }
+    let bytes = match body::read(body, MAX_NOTICE_BYTES).await {
+        Ok(bytes) => bytes,
+        Err(refused) => {
+            tracing::warn!(endpoint, detail = refused.detail, "a notice ignored");
+            return None;
+        }
+    };
+    // Else `["t1", "c1"]` would cancel call c1 of thread t1 (see `body::is_object`).
+    if !body::is_object(&bytes) {
+        tracing::warn!(endpoint, "a notice that is not a JSON object: ignored");
+        return None;
+    }
+    match serde_json::from_slice(&bytes) {
+        Ok(notice) => Some(notice),
+        Err(error) => {
+            tracing::warn!(endpoint, %error, "a notice that could not be read: ignored");
+            None
+        }
+    }
+}
+
+fn valid(id: &str, field: &'static str) -> bool {
+    match ids::validate(id) {
+        Ok(()) => true,
+        Err(invalid) => {
+            tracing::warn!(field, %invalid, "a notice with an invalid id: ignored");
+            false
+        }
+    }
+}
