@@ -28,9 +28,18 @@ impl BearerToken {
     }
 
     fn accepts(&self, headers: &http::HeaderMap) -> bool {
-        let Some(given) = headers
+        let Some(value) = headers
             .get(header::AUTHORIZATION)
-            .and_then(|value| value.as_bytes().strip_prefix(b"Bearer "))
+            .map(|value| value.as_bytes())
+        else {
+            return false;
+        };
+        // The scheme is case-insensitive (RFC 9110); an empty token never passes, even an expected empty one.
+        let Some(given) = value
+            .get(..7)
+            .filter(|scheme| scheme.eq_ignore_ascii_case(b"bearer "))
+            .map(|_| &value[7..])
+            .filter(|given| !given.is_empty())
         else {
             return false;
         };
@@ -102,6 +111,9 @@ mod tests {
         assert!(!check.accepts(&headers("Bearer s3cret2")));
         assert!(!check.accepts(&headers("Bearer S3cret")));
         assert!(!check.accepts(&headers("Basic s3cret")));
+        assert!(check.accepts(&headers("bearer s3cret")));
+        assert!(!check.accepts(&headers("Bearer ")));
+        assert!(!BearerToken::new("").accepts(&headers("Bearer ")));
         assert!(!check.accepts(&headers("s3cret")));
         assert!(!check.accepts(&http::HeaderMap::new()));
     }

@@ -19,6 +19,9 @@ use tower_cancel::{CancelReason, Scope};
 /// What a table keeps per key: a scope and whatever the front end ties to it.
 pub(crate) trait Scoped: Send + Sync + 'static {
     fn scope(&self) -> &Scope;
+
+    /// The entry was taken out of the table by [`Scopes::remove`], its scope closed: stop whatever else of it runs.
+    fn closed(&self) {}
 }
 
 impl Scoped for Scope {
@@ -35,6 +38,7 @@ pub(crate) struct Scopes<K, V> {
     table: Arc<Mutex<Table<K, V>>>,
     linger: Duration,
     max: usize,
+    evict_idle: bool,
 }
 
 struct Table<K, V> {
@@ -54,6 +58,7 @@ impl<K, V> Clone for Scopes<K, V> {
             table: self.table.clone(),
             linger: self.linger,
             max: self.max,
+            evict_idle: self.evict_idle,
         }
     }
 }
@@ -67,7 +72,16 @@ impl<K: Eq + Hash + Clone + Send + 'static, V: Scoped> Scopes<K, V> {
             })),
             linger,
             max,
+            evict_idle: false,
         }
+    }
+
+    /// When the table is full, make room by dropping the entry idle for longest (no lease, nothing in flight),
+    /// even within its linger, rather than refusing the new one: for entries that anyone may make (a RAP thread
+    /// made by a cancel for it), so that they cannot lock out the ones doing work.
+    pub(crate) fn evict_idle_when_full(mut self) -> Self {
+        self.evict_idle = true;
+        self
     }
 
     /// A lease on the entry of `key`, made by `make` if there is none.
@@ -117,6 +131,7 @@ impl<K: Eq + Hash + Clone + Send + 'static, V: Scoped> Scopes<K, V> {
         let entry = self.lock().entries.remove(key)?;
         entry.value.scope().refuse_new(reason.clone());
         entry.value.scope().close(reason);
+        entry.value.closed();
         Some(entry.value)
     }
 
@@ -157,6 +172,17 @@ impl<K: Eq + Hash + Clone + Send + 'static, V: Scoped> Scopes<K, V> {
         let now = Instant::now();
         if table.entries.len() >= self.max || now.duration_since(table.last_sweep) >= self.linger {
             Self::expire(table, now, self.linger);
+        }
+        if table.entries.len() >= self.max && self.evict_idle {
+            let oldest = table
+                .entries
+                .iter()
+                .filter(|(_, entry)| entry.leases == 0 && entry.value.scope().registry().is_empty())
+                .min_by_key(|(_, entry)| entry.idle_since)
+                .map(|(key, _)| key.clone());
+            if let Some(oldest) = oldest {
+                table.entries.remove(&oldest);
+            }
         }
         if table.entries.len() < self.max {
             Ok(())

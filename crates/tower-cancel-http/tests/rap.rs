@@ -512,3 +512,83 @@ async fn many_calls_cancelled_and_completed_leave_nothing_behind() {
         assert!(!h.alive(&format!("t{}", i % 4), &format!("c{i}")).await);
     }
 }
+
+#[tokio::test]
+async fn a_cancel_or_a_close_stops_a_result_on_its_way() {
+    for notice in ["cancel_tool_call", "close_thread"] {
+        // The first delivery fails, and the cancel comes during the backoff before the second.
+        let h = Harness::with(
+            CancelStack::new(Rap),
+            |server| server.callback_retries(3, Duration::from_secs(30)),
+            vec![StatusCode::SERVICE_UNAVAILABLE],
+        )
+        .await;
+        h.invoke("t1", "c1", 1).await;
+        h.callback.results(1).await;
+        let body = json!({"thread_id": "t1", "tool_call_id": "c1"});
+        assert_eq!(h.post(&format!("/{notice}"), body).await.0, StatusCode::OK);
+        h.idle().await;
+        assert_eq!(
+            h.callback.received().len(),
+            1,
+            "{notice}: no second attempt"
+        );
+        assert_eq!(
+            (h.stats().cancelled, h.stats().delivered),
+            (1, 0),
+            "{notice}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn cancels_for_threads_that_never_come_cannot_lock_out_new_ones() {
+    let h = Harness::with(
+        CancelStack::new(Rap),
+        |server| server.thread_limits(Duration::from_secs(600), 4),
+        vec![],
+    )
+    .await;
+    for i in 0..10 {
+        h.cancel(&format!("junk{i}"), "c1").await;
+    }
+    assert_eq!(h.server.threads(), 4);
+    h.invoke("real", "c1", 1).await;
+    assert_eq!(
+        h.callback.results(1).await,
+        [result("real", "c1", r#"{"slept":1}"#)]
+    );
+}
+
+#[tokio::test]
+async fn an_early_cancel_also_silences_an_invocation_that_is_refused() {
+    let h = Harness::start().await;
+    h.cancel("t1", "c1").await;
+    let unknown = h.invocation("t1", "c1", "rm_rf", json!({}));
+    assert_eq!(h.post("/invoke", unknown).await.0, StatusCode::OK);
+    eventually("the call cancelled", || h.stats().cancelled == 1).await;
+    h.idle().await;
+    assert!(h.callback.received().is_empty());
+}
+
+#[tokio::test]
+async fn polling_the_status_never_uses_up_the_quota_of_cancels() {
+    let h = Harness::with(
+        CancelStack::new(Rap),
+        |server| server.notices_per_second(Some(1)),
+        vec![],
+    )
+    .await;
+    h.invoke("t1", "c1", 60_000).await;
+    h.probe.started(1).await;
+    let mut limited = 0;
+    for _ in 0..5 {
+        let body = json!({"thread_id": "t1", "tool_call_id": "c1"});
+        if h.post("/tool_call_status", body).await.0 == StatusCode::TOO_MANY_REQUESTS {
+            limited += 1;
+        }
+    }
+    assert_eq!(limited, 3, "a burst of two, then 429");
+    h.cancel("t1", "c1").await;
+    assert_eq!(h.probe.ended(1).await, [end("c1", "peer")]);
+}

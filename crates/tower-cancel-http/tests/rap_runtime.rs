@@ -219,3 +219,28 @@ async fn the_same_call_twice_at_once_is_refused_locally() {
     assert!(first.await.unwrap().is_ok());
     assert_eq!(runtime.pending(), 0);
 }
+
+#[test]
+fn a_call_dropped_outside_the_runtime_still_cancels() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (h, rap, mut call) = runtime.block_on(async {
+        let h = Harness::start().await;
+        let rap = self::runtime(&h, &[]).await;
+        let mut call = rap
+            .call(endpoint(&h), "t1", "c1", "sleep", json!({"ms": 60_000}))
+            .into_future();
+        let _ = tokio::time::timeout(Duration::from_millis(20), &mut call).await;
+        h.probe.started(1).await;
+        (h, rap, call)
+    });
+    assert_eq!(rap.pending(), 1);
+    // Not in any runtime's context here: the cancel still goes out, through the call's own runtime.
+    drop(std::mem::replace(
+        &mut call,
+        Box::pin(async { Err(CallError::Cancelled) }),
+    ));
+    runtime.block_on(async {
+        assert_eq!(h.probe.ended(1).await, [end("c1", "peer")]);
+    });
+    assert_eq!(rap.pending(), 0);
+}

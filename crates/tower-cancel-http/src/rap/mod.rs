@@ -25,7 +25,7 @@ pub use notifier::{
     Delivery, Fanout, Notifier, NotifierStats, NotifyError, DEFAULT_NOTIFY_TIMEOUT,
 };
 pub use output::ToolOutput;
-pub use runtime::{CallError, OutgoingCall, Runtime};
+pub use runtime::{CallError, OutgoingCall, Runtime, ACKNOWLEDGE_TIMEOUT};
 pub use server::{
     ToolServer, ToolServerStats, DEFAULT_MAX_THREADS, DEFAULT_NOTICES_PER_SECOND,
     DEFAULT_THREAD_LINGER, MAX_NOTICE_BYTES,

@@ -25,10 +25,14 @@ use super::{
 };
 
 type Key = (Arc<str>, Arc<str>);
+
+/// How long a tool server may take to acknowledge an invocation (it must answer at once, before any work).
+pub const ACKNOWLEDGE_TIMEOUT: Duration = Duration::from_secs(30);
 type Authorize = Arc<dyn Fn(reqwest::RequestBuilder) -> reqwest::RequestBuilder + Send + Sync>;
 
 /// A runtime's tool calls: each [`call`](Self::call) POSTs an invocation and waits for its `tool_result` at the
-/// runtime's callback ([`callback_router`](Self::callback_router)); a call whose future is dropped, whose token
+/// runtime's callback ([`callback_router`](Self::callback_router); put your authentication on it with
+/// `Router::route_layer`, since anyone who reaches it could complete a call); a call whose future is dropped, whose token
 /// is cancelled or whose timeout passes sends `cancel_tool_call` to every tool server through the
 /// [`Notifier`] (without waiting for them), and a result that arrives for it later is dropped.
 ///
@@ -277,6 +281,8 @@ impl OutgoingCall {
             runtime: self.runtime.clone(),
             key,
             armed: true,
+            // The cancel may be sent from a drop outside any runtime: it goes to this one.
+            handle: tokio::runtime::Handle::current(),
         };
         let mut post = self
             .runtime
@@ -300,17 +306,29 @@ impl OutgoingCall {
         };
         tokio::pin!(timed_out);
 
+        let acknowledge = tokio::time::timeout(ACKNOWLEDGE_TIMEOUT, post.send());
         let acknowledged = tokio::select! {
-            response = post.send() => response,
+            response = acknowledge => match response {
+                Ok(response) => response,
+                Err(_elapsed) => {
+                    let error = CallError::Unreachable("the invocation was not acknowledged in time".into());
+                    return Err(waiting.cancel(error));
+                }
+            },
             () = token.cancelled() => return Err(waiting.cancel(CallError::Cancelled)),
             () = &mut timed_out => return Err(waiting.cancel(CallError::TimedOut)),
         };
         match acknowledged {
-            Ok(response) if response.status() == StatusCode::OK => {}
+            Ok(response) if response.status().is_success() => {}
             Ok(response) => {
                 // Not accepted: no call runs there, nothing to cancel.
                 waiting.forget();
                 return Err(CallError::Refused(response.status()));
+            }
+            Err(error) if error.is_builder() => {
+                // Never sent (an unusable URL or header): nothing to cancel anywhere.
+                waiting.forget();
+                return Err(CallError::Unreachable(error.to_string()));
             }
             Err(error) => {
                 // It may have arrived before the connection broke: tell the servers to be sure.
@@ -318,6 +336,8 @@ impl OutgoingCall {
             }
         }
         tokio::select! {
+            // A result that is there wins over a timeout or a token firing at the same moment.
+            biased;
             result = receiver => {
                 waiting.armed = false;
                 result.map_err(|_| CallError::Unreachable("the runtime's callback table was dropped".into()))
@@ -353,6 +373,7 @@ struct Waiting {
     runtime: Runtime,
     key: Key,
     armed: bool,
+    handle: tokio::runtime::Handle,
 }
 
 impl Waiting {
@@ -369,6 +390,7 @@ impl Waiting {
 
     fn send_cancel(&self) {
         self.runtime.pending_table().remove(&self.key);
+        let _runtime = self.handle.enter();
         // Fire and forget: the caller never waits for the servers (the Fanout, dropped, still delivers).
         let _fanout = self
             .runtime
@@ -391,9 +413,10 @@ impl Drop for Waiting {
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum CallError {
-    /// The tool server answered the invocation with this status (not 200): it did not take the call.
+    /// The tool server answered the invocation with this status (not 2xx): it did not take the call.
     Refused(StatusCode),
-    /// The tool server could not be reached (the call was cancelled in case it arrived).
+    /// The tool server could not be reached, or did not acknowledge within [`ACKNOWLEDGE_TIMEOUT`] (the call was
+    /// cancelled in case it arrived).
     Unreachable(String),
     /// The call's timeout passed (the call was cancelled).
     TimedOut,

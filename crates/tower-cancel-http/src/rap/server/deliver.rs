@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use http::StatusCode;
+use tokio_util::sync::CancellationToken;
 
 use super::super::wire::ToolResult;
 
@@ -29,10 +30,19 @@ pub(super) enum Delivered {
     Accepted,
     /// The runtime refused it (4xx), or every attempt failed.
     Failed,
+    /// The runtime cancelled the call before an attempt got through: nothing more was sent.
+    Cancelled,
 }
 
 impl Delivery {
-    pub(super) async fn send(&self, url: &str, result: &ToolResult) -> Delivered {
+    /// Deliver `result`, unless `stop` (the runtime's cancel of the call) fires first: then no attempt is begun,
+    /// the one under way is dropped and no backoff is waited out.
+    pub(super) async fn send(
+        &self,
+        url: &str,
+        result: &ToolResult,
+        stop: &CancellationToken,
+    ) -> Delivered {
         let body = match serde_json::to_vec(result) {
             Ok(body) => body,
             Err(error) => {
@@ -49,7 +59,15 @@ impl Delivery {
                 .header(http::header::CONTENT_TYPE, "application/json")
                 .body(body.clone())
                 .send();
-            let retry = match tokio::time::timeout(self.attempt_timeout, post).await {
+            if stop.is_cancelled() {
+                return Delivered::Cancelled;
+            }
+            let attempt_result = tokio::select! {
+                biased;
+                () = stop.cancelled() => return Delivered::Cancelled,
+                attempt_result = tokio::time::timeout(self.attempt_timeout, post) => attempt_result,
+            };
+            let retry = match attempt_result {
                 Ok(Ok(response)) if response.status().is_success() => {
                     tracing::debug!(thread = %result.group_id, call = %result.id, attempt, "tool result delivered");
                     return Delivered::Accepted;
@@ -72,7 +90,10 @@ impl Delivery {
             if !retry || attempt == self.attempts {
                 break;
             }
-            tokio::time::sleep(backoff).await;
+            tokio::select! {
+                () = stop.cancelled() => return Delivered::Cancelled,
+                () = tokio::time::sleep(backoff) => {}
+            }
             backoff = backoff.saturating_mul(2);
         }
         tracing::error!(thread = %result.group_id, call = %result.id, url, "the tool result was not delivered");

@@ -9,7 +9,10 @@ use axum::{
     response::{IntoResponse, Response as HttpResponse},
 };
 use http::StatusCode;
-use tower_cancel::{ErrorObject, Id, Outbox, Request};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+use tower::{service_fn, ServiceBuilder};
+use tower_cancel::{CancelReason, CancelStack, ErrorObject, Id, Outbox, Request};
 
 use super::{
     deliver::Delivered,
@@ -19,9 +22,12 @@ use super::{
 use crate::{
     body,
     call::{self, RpcService},
-    rap::{ids, output, wire::Invocation, ToolCall},
+    rap::{ids, output, wire::Invocation, Rap, ToolCall},
     scopes::Scoped,
 };
+
+/// The longest explanation of a refusal (its body, its log line).
+const MAX_DETAIL_BYTES: usize = 256;
 
 /// The longest `call_id` echoed back (a provider's id; it is only echoed, never looked up).
 const MAX_CALL_ID_BYTES: usize = 1024;
@@ -54,10 +60,17 @@ pub(super) async fn invoke<S: RpcService>(
     let invocation = match invocation {
         Ok(invocation) => invocation,
         Err(error) => {
-            return refuse(
-                StatusCode::BAD_REQUEST,
-                format!("the invocation could not be read: {error}"),
-            )
+            // serde's message may quote the offending value whole (megabytes): it is cut.
+            let mut detail = format!("the invocation could not be read: {error}");
+            if detail.len() > MAX_DETAIL_BYTES {
+                let cut = (0..=MAX_DETAIL_BYTES)
+                    .rev()
+                    .find(|&at| detail.is_char_boundary(at))
+                    .unwrap_or(0);
+                detail.truncate(cut);
+                detail.push_str("...");
+            }
+            return refuse(StatusCode::BAD_REQUEST, detail);
         }
     };
     if let Err(invalid) = ids::validate(&invocation.group_id) {
@@ -95,16 +108,23 @@ pub(super) async fn invoke<S: RpcService>(
             )
         }
     };
+    if config.shutting_down.load(Ordering::Acquire) {
+        // A shutdown came between the check above and the lease: the thread it did not see refuses too, so this
+        // call starts out cancelled and its runtime gets the shutdown's error result.
+        thread.scope().refuse_new(CancelReason::Shutdown);
+    }
     let id: Arc<str> = invocation.id.as_str().into();
-    if !thread.accept(&id) {
+    let Some(stop) = thread.accept(&id) else {
         // A second invocation of a call still in progress (the runtime retried one it thought lost): the first
         // one's result answers both.
         tracing::debug!(thread = %invocation.group_id, call = %invocation.id, "a call already in progress: not run again");
         return StatusCode::OK.into_response();
-    }
+    };
     config.counters.accepted.increment();
-    let hold = CallHold::new(thread, id);
-    tokio::spawn(run(server.clone(), invocation, parts, hold));
+    // Counted from here (not from the task's start), so that `in_flight` is never 0 while an accepted call waits
+    // for its task.
+    let hold = CallHold::new(thread, id, config.running.enter());
+    tokio::spawn(run(server.clone(), invocation, parts, hold, stop));
     StatusCode::OK.into_response()
 }
 
@@ -114,32 +134,44 @@ async fn run<S: RpcService>(
     mut invocation: Invocation,
     parts: http::request::Parts,
     hold: CallHold,
+    stop: CancellationToken,
 ) {
     let config = &server.config;
-    let _running = config.running.enter();
-    let outcome = if !config.operations.contains(&invocation.operation) {
-        Some(Err(ErrorObject::method_not_found(&invocation.operation)))
+    let refusal = if !config.operations.contains(&invocation.operation) {
+        Some(ErrorObject::method_not_found(&invocation.operation))
     } else if !invocation.arguments.is_object() {
-        Some(Err(ErrorObject::invalid_params(
+        Some(ErrorObject::invalid_params(
             "the arguments must be an object",
-        )))
+        ))
     } else {
-        let mut request = Request::new(
-            Id::String(invocation.id.clone()),
-            invocation.operation.clone(),
-            std::mem::take(&mut invocation.arguments),
-        );
-        hold.thread()
-            .scope()
-            .exchange(Outbox::closed())
-            .prepare(&mut request);
-        *request.extensions_mut() = parts.extensions;
-        request.extensions_mut().insert(parts.headers);
-        request.extensions_mut().insert(ToolCall::of(&invocation));
-        call::settle(server.service.clone(), request)
-            .await
-            .map(|reply| reply.outcome)
+        None
     };
+    let mut request = Request::new(
+        Id::String(invocation.id.clone()),
+        invocation.operation.clone(),
+        std::mem::take(&mut invocation.arguments),
+    );
+    hold.thread()
+        .scope()
+        .exchange(Outbox::closed())
+        .prepare(&mut request);
+    *request.extensions_mut() = parts.extensions;
+    request.extensions_mut().insert(parts.headers);
+    request.extensions_mut().insert(ToolCall::of(&invocation));
+    let outcome = match refusal {
+        None => call::settle(server.service.clone(), request).await,
+        // Answered without the handler, but through a cancel layer of the thread all the same, so that a cancel
+        // that came before the invocation still means no result.
+        Some(refusal) => {
+            let refuse = ServiceBuilder::new()
+                .layer(CancelStack::new(Rap))
+                .service(service_fn(move |_: Request| {
+                    std::future::ready(Err::<Value, _>(refusal.clone()))
+                }));
+            call::settle(refuse, request).await
+        }
+    }
+    .map(|reply| reply.outcome);
     let Some(outcome) = outcome else {
         // The runtime cancelled it (or closed its thread): it has put its own result in the conversation.
         config.counters.cancelled.increment();
@@ -149,11 +181,15 @@ async fn run<S: RpcService>(
     let result = output::tool_result(&invocation, outcome);
     match config
         .delivery
-        .send(&invocation.callback_url, &result)
+        .send(&invocation.callback_url, &result, &stop)
         .await
     {
         Delivered::Accepted => config.counters.delivered.increment(),
         Delivered::Failed => config.counters.undelivered.increment(),
+        Delivered::Cancelled => {
+            config.counters.cancelled.increment();
+            tracing::debug!(thread = %invocation.group_id, call = %invocation.id, "cancelled by the runtime while its result was on its way: not sent");
+        }
     }
     drop(hold);
 }

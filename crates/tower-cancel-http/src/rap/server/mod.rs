@@ -129,7 +129,7 @@ struct Config {
     running: Running,
     delivery: Delivery,
     max_body_bytes: usize,
-    limiter: Option<DefaultDirectRateLimiter>,
+    limiter: Option<Limiters>,
     counters: Counters,
     shutting_down: AtomicBool,
 }
@@ -152,16 +152,17 @@ impl<S> ToolServer<S> {
                 toolset,
                 operations,
                 invoke_path,
-                threads: Scopes::new(DEFAULT_THREAD_LINGER, DEFAULT_MAX_THREADS),
+                threads: Scopes::new(DEFAULT_THREAD_LINGER, DEFAULT_MAX_THREADS)
+                    .evict_idle_when_full(),
                 running: Running::default(),
                 delivery: Delivery {
-                    client: reqwest::Client::new(),
+                    client: callback_client(),
                     attempts: 3,
                     backoff: Duration::from_millis(250),
                     attempt_timeout: Duration::from_secs(10),
                 },
                 max_body_bytes: DEFAULT_MAX_BODY_BYTES,
-                limiter: Some(limiter(DEFAULT_NOTICES_PER_SECOND)),
+                limiter: Some(Limiters::new(DEFAULT_NOTICES_PER_SECOND)),
                 counters: Counters::default(),
                 shutting_down: AtomicBool::new(false),
             }),
@@ -174,17 +175,21 @@ impl<S> ToolServer<S> {
         self
     }
 
-    /// Rate-limit the cancel, close and status endpoints together to `per_second` (bursts of twice it), 429
-    /// past it; `None` for no limit. [`DEFAULT_NOTICES_PER_SECOND`] by default.
+    /// Rate-limit the notices to `per_second` (bursts of twice it), 429 past it; `None` for no limit.
+    /// [`DEFAULT_NOTICES_PER_SECOND`] by default. Cancels and closes share one quota; status questions have one of
+    /// their own, so that polling the status never uses up the quota of cancels. The quotas are the server's,
+    /// shared by every runtime that passes authentication.
     pub fn notices_per_second(mut self, per_second: Option<u32>) -> Self {
-        self.config_mut().limiter = per_second.map(limiter);
+        self.config_mut().limiter = per_second.map(Limiters::new);
         self
     }
 
     /// How long a thread with nothing running is kept (so a cancel that comes before its invocation still
-    /// applies), and how many threads at most.
+    /// applies), and how many threads at most. When the table is full, the thread idle for longest makes room
+    /// (so cancels for threads that never come cannot lock out new ones); with every thread running, an invocation
+    /// of a new thread gets 503.
     pub fn thread_limits(mut self, linger: Duration, max_threads: usize) -> Self {
-        self.config_mut().threads = Scopes::new(linger, max_threads);
+        self.config_mut().threads = Scopes::new(linger, max_threads).evict_idle_when_full();
         self
     }
 
@@ -278,10 +283,30 @@ async fn discovery<S>(State(server): State<ToolServer<S>>) -> HttpResponse {
     body::json_response(StatusCode::OK, &server.config.toolset)
 }
 
-fn limiter(per_second: u32) -> DefaultDirectRateLimiter {
-    let rate = NonZeroU32::new(per_second).unwrap_or(NonZeroU32::MIN);
-    let burst = rate.saturating_mul(NonZeroU32::new(2).expect("2 is not 0"));
-    RateLimiter::direct(Quota::per_second(rate).allow_burst(burst))
+/// A client that follows no redirect: a result goes to the URL the runtime gave, once per attempt.
+fn callback_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap_or_default()
+}
+
+/// The notices' quotas: cancels and closes together, status questions apart.
+struct Limiters {
+    notices: DefaultDirectRateLimiter,
+    status: DefaultDirectRateLimiter,
+}
+
+impl Limiters {
+    fn new(per_second: u32) -> Self {
+        let rate = NonZeroU32::new(per_second).unwrap_or(NonZeroU32::MIN);
+        let burst = rate.saturating_mul(NonZeroU32::new(2).expect("2 is not 0"));
+        let quota = Quota::per_second(rate).allow_burst(burst);
+        Self {
+            notices: RateLimiter::direct(quota),
+            status: RateLimiter::direct(quota),
+        }
+    }
 }
 
 impl<S: Clone> Clone for ToolServer<S> {

@@ -10,12 +10,15 @@ use axum::{
     extract::State,
     response::{IntoResponse, Response as HttpResponse},
 };
-use governor::clock::{Clock, DefaultClock};
+use governor::{
+    clock::{Clock, DefaultClock},
+    DefaultDirectRateLimiter,
+};
 use http::{header, HeaderValue, StatusCode};
 use serde::de::DeserializeOwned;
 use tower_cancel::{CancelReason, Id};
 
-use super::{threads::Thread, ToolServer};
+use super::{threads::Thread, Limiters, ToolServer};
 use crate::scopes::Scoped;
 use crate::{
     body,
@@ -35,7 +38,7 @@ pub(super) async fn cancel_tool_call<S>(
     State(server): State<ToolServer<S>>,
     request: http::Request<Body>,
 ) -> HttpResponse {
-    if let Some(limited) = rate_limited(&server) {
+    if let Some(limited) = rate_limited(&server, |limiters| &limiters.notices) {
         return limited;
     }
     let config = &server.config;
@@ -53,6 +56,8 @@ pub(super) async fn cancel_tool_call<S>(
         .lease_or_insert(notice.thread_id.as_str().into(), Thread::default)
     {
         Ok(thread) => {
+            // A result on its way stops too (the handler's entry is gone by then).
+            thread.cancel(&notice.tool_call_id);
             let outcome = thread.scope().cancel(
                 &Id::String(notice.tool_call_id.clone()),
                 CancelReason::peer(None),
@@ -70,7 +75,7 @@ pub(super) async fn close_thread<S>(
     State(server): State<ToolServer<S>>,
     request: http::Request<Body>,
 ) -> HttpResponse {
-    if let Some(limited) = rate_limited(&server) {
+    if let Some(limited) = rate_limited(&server, |limiters| &limiters.notices) {
         return limited;
     }
     let config = &server.config;
@@ -93,7 +98,7 @@ pub(super) async fn tool_call_status<S>(
     State(server): State<ToolServer<S>>,
     request: http::Request<Body>,
 ) -> HttpResponse {
-    if let Some(limited) = rate_limited(&server) {
+    if let Some(limited) = rate_limited(&server, |limiters| &limiters.status) {
         return limited;
     }
     let alive = match read::<CancelToolCall>(request, "tool_call_status").await {
@@ -113,8 +118,11 @@ pub(super) async fn tool_call_status<S>(
 }
 
 /// 429 past the quota (with `Retry-After`), before the body is read.
-fn rate_limited<S>(server: &ToolServer<S>) -> Option<HttpResponse> {
-    let limiter = server.config.limiter.as_ref()?;
+fn rate_limited<S>(
+    server: &ToolServer<S>,
+    quota: impl FnOnce(&Limiters) -> &DefaultDirectRateLimiter,
+) -> Option<HttpResponse> {
+    let limiter = quota(server.config.limiter.as_ref()?);
     let not_until = limiter.check().err()?;
     server.config.counters.rate_limited.increment();
     let wait = not_until.wait_time_from(DefaultClock::default().now());

@@ -2,63 +2,115 @@
 //! found by (thread_id, tool_call_id) and never by the tool call id alone.
 
 use std::{
-    collections::HashSet,
+    collections::HashMap,
     sync::{Arc, Mutex, MutexGuard},
 };
 
-use tower_cancel::Scope;
+use tokio_util::sync::CancellationToken;
+use tower_cancel::{Registry, Scope};
 
-use crate::scopes::{Lease, Scoped};
+use crate::{
+    call::RunningGuard,
+    scopes::{Lease, Scoped},
+};
 
-/// One thread: its scope (the registry its calls run in, with the early cancels remembered for it) and the ids of
-/// its calls accepted and not yet answered.
-#[derive(Debug, Default)]
+/// How many cancels a thread remembers for calls not yet arrived, and in how many bytes: a runtime cancels a
+/// handful of calls of a thread at a time, and threads are many.
+const EARLY_CANCELS_PER_THREAD: usize = 64;
+const EARLY_CANCEL_BYTES_PER_THREAD: usize = 16 * 1024;
+
+/// One thread: its scope (the registry its calls run in, with the early cancels remembered for it) and its calls
+/// accepted and not yet over, each with a token that the runtime's cancel fires (it also stops a result on its
+/// way: the handler's registry entry is gone by then).
+#[derive(Debug)]
 pub(super) struct Thread {
     scope: Scope,
-    calls: Mutex<HashSet<Arc<str>>>,
+    calls: Mutex<HashMap<Arc<str>, CancellationToken>>,
+}
+
+impl Default for Thread {
+    fn default() -> Self {
+        Self {
+            scope: Scope::new().with_registry(Registry::with_early_cancel_limits(
+                EARLY_CANCELS_PER_THREAD,
+                EARLY_CANCEL_BYTES_PER_THREAD,
+            )),
+            calls: Mutex::default(),
+        }
+    }
 }
 
 impl Scoped for Thread {
     fn scope(&self) -> &Scope {
         &self.scope
     }
+
+    fn closed(&self) {
+        // The thread was closed (or the server shuts down): its results on their way are stopped too.
+        for token in self.calls().values() {
+            token.cancel();
+        }
+    }
 }
 
 impl Thread {
-    /// Take the call `id`: false if a call of that id is already accepted in this thread (a runtime's retry of
-    /// the same invocation), which then must not run twice.
-    pub(super) fn accept(&self, id: &Arc<str>) -> bool {
-        self.calls().insert(id.clone())
+    /// Take the call `id`, and give its token: `None` if a call of that id is already accepted in this thread (a
+    /// runtime's retry of the same invocation), which then must not run twice.
+    pub(super) fn accept(&self, id: &Arc<str>) -> Option<CancellationToken> {
+        let mut calls = self.calls();
+        if calls.contains_key(id) {
+            return None;
+        }
+        let token = CancellationToken::new();
+        calls.insert(id.clone(), token.clone());
+        Some(token)
+    }
+
+    /// The runtime cancelled the call `id`: stop its result if it is on its way.
+    pub(super) fn cancel(&self, id: &str) {
+        if let Some(token) = self.calls().get(id) {
+            token.cancel();
+        }
     }
 
     /// The call `id` is over: its result was delivered, or it was cancelled and gets none.
-    pub(super) fn finish(&self, id: &str) {
+    fn finish(&self, id: &str) {
         self.calls().remove(id);
     }
 
     /// Whether the call `id` is accepted and not yet over.
     pub(super) fn is_alive(&self, id: &str) -> bool {
-        self.calls().contains(id)
+        self.calls().contains_key(id)
     }
 
-    fn calls(&self) -> MutexGuard<'_, HashSet<Arc<str>>> {
-        // Nothing panics while the lock is held: the set is always whole.
+    fn calls(&self) -> MutexGuard<'_, HashMap<Arc<str>, CancellationToken>> {
+        // Nothing panics while the lock is held: the map is always whole.
         self.calls
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
-/// A running call's hold on its thread: keeps the thread in the table, and takes the call out of the thread's
-/// set when dropped (however the call's task ends, an abort included).
+/// A call's hold, from its acceptance to its end: keeps the thread in the table and the call counted as running,
+/// and takes the call out of the thread when dropped (however the call's task ends, an abort included). The
+/// fields drop in order: the call leaves the thread, then the lease goes, then the count.
 pub(super) struct CallHold {
     thread: Lease<Arc<str>, Thread>,
     id: Arc<str>,
+    _running: RunningGuard,
 }
 
 impl CallHold {
-    pub(super) fn new(thread: Lease<Arc<str>, Thread>, id: Arc<str>) -> Self {
-        Self { thread, id }
+    pub(super) fn new(
+        thread: Lease<Arc<str>, Thread>,
+        id: Arc<str>,
+        running: RunningGuard,
+    ) -> Self {
+        Self {
+            thread,
+            id,
+            _running: running,
+        }
     }
 
     pub(super) fn thread(&self) -> &Thread {
