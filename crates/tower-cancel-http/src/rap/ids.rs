@@ -2,9 +2,10 @@
 //! find anything, and an invalid one finds nothing.
 //!
 //! The ids real runtimes send are a model provider's tool-use ids (`toolu_01A09q90qw90lq917835lq9`,
-//! `call_abc123`, `tooluse_kZJMlvQmRJ6eAyJE5GIl7Q`) and UUIDs: short runs of ASCII letters, digits and a few
-//! separators. Anything else (a path such as `../etc`, a control character, whitespace, quotes, a megabyte) is
-//! refused.
+//! `call_abc123`), UUIDs, and conversation keys a caller chose (a queue's message group id: letters, digits and
+//! punctuation). So an id is printable ASCII without spaces, of at most [`MAX_ID_BYTES`]; and since a tool may
+//! well use it in a path, it may not climb one: no `.` or `..` segment between slashes, no leading slash.
+//! Anything else (a control character, whitespace, a byte beyond ASCII, `../etc`, a megabyte) is refused.
 
 use std::fmt;
 
@@ -18,10 +19,10 @@ pub enum InvalidId {
     Empty,
     /// Longer than [`MAX_ID_BYTES`].
     TooLong(usize),
-    /// A byte outside ASCII letters, digits and `-_.:@+=`.
+    /// A character that is not printable ASCII, or a space.
     Character(char),
-    /// Only dots (`.` and `..` name directories).
-    Dots,
+    /// A path that climbs or starts at the root: a `.` or `..` segment, or a leading `/` or `\\`.
+    Path,
 }
 
 impl fmt::Display for InvalidId {
@@ -34,7 +35,7 @@ impl fmt::Display for InvalidId {
                 "the id has the character {:?}",
                 c.escape_debug().to_string()
             ),
-            InvalidId::Dots => f.write_str("the id is only dots"),
+            InvalidId::Path => f.write_str("the id is a path that climbs or starts at the root"),
         }
     }
 }
@@ -52,14 +53,17 @@ pub fn validate(id: &str) -> Result<(), InvalidId> {
     if let Some(bad) = id.chars().find(|&c| !allowed(c)) {
         return Err(InvalidId::Character(bad));
     }
-    if id.bytes().all(|byte| byte == b'.') {
-        return Err(InvalidId::Dots);
+    let climbs = id
+        .split(['/', '\\'])
+        .any(|segment| segment == "." || segment == "..");
+    if climbs || id.starts_with(['/', '\\']) {
+        return Err(InvalidId::Path);
     }
     Ok(())
 }
 
 fn allowed(c: char) -> bool {
-    c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':' | '@' | '+' | '=')
+    c.is_ascii_graphic()
 }
 
 #[cfg(test)]
@@ -74,6 +78,9 @@ mod tests {
             "tooluse_kZJMlvQmRJ6eAyJE5GIl7Q",
             "6f1c2a9e-3b7d-4c1e-9f0a-2d8e4b6c1a3f",
             "thread_xyz",
+            "user/42",
+            "conversation#7_(retry)",
+            "a..b",
             "a",
         ] {
             assert_eq!(validate(id), Ok(()), "{id}");
@@ -83,9 +90,12 @@ mod tests {
     #[test]
     fn paths_controls_and_oversized_ids_are_refused() {
         assert_eq!(validate(""), Err(InvalidId::Empty));
-        assert_eq!(validate("../etc/passwd"), Err(InvalidId::Character('/')));
-        assert_eq!(validate(".."), Err(InvalidId::Dots));
-        assert_eq!(validate("a\\b"), Err(InvalidId::Character('\\')));
+        assert_eq!(validate("../etc/passwd"), Err(InvalidId::Path));
+        assert_eq!(validate("a/../../b"), Err(InvalidId::Path));
+        assert_eq!(validate("..\\b"), Err(InvalidId::Path));
+        assert_eq!(validate(".."), Err(InvalidId::Path));
+        assert_eq!(validate("."), Err(InvalidId::Path));
+        assert_eq!(validate("/etc"), Err(InvalidId::Path));
         assert_eq!(validate("call\n1"), Err(InvalidId::Character('\n')));
         assert_eq!(validate("call\u{0}"), Err(InvalidId::Character('\u{0}')));
         assert_eq!(validate("call 1"), Err(InvalidId::Character(' ')));

@@ -137,6 +137,10 @@ async fn run<S: RpcService>(
     stop: CancellationToken,
 ) {
     let config = &server.config;
+    if invocation.arguments.is_null() {
+        // Left out (the reference runtime's type defaults it): no arguments.
+        invocation.arguments = Value::Object(Default::default());
+    }
     let refusal = if !config.operations.contains(&invocation.operation) {
         Some(ErrorObject::method_not_found(&invocation.operation))
     } else if !invocation.arguments.is_object() {

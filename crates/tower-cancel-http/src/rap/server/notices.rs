@@ -146,9 +146,13 @@ async fn read<T: DeserializeOwned>(
     endpoint: &'static str,
 ) -> Option<T> {
     let (parts, body) = request.into_parts();
-    if let Err(refused) = body::check_json(&parts.headers) {
-        tracing::warn!(endpoint, detail = refused.detail, "a notice ignored");
-        return None;
+    // The spec says JSON, and a runtime that says otherwise is not heard; one that says nothing is read as JSON
+    // (its notice is never retried: a lost cancel costs a whole call).
+    if parts.headers.contains_key(http::header::CONTENT_TYPE) {
+        if let Err(refused) = body::check_json(&parts.headers) {
+            tracing::warn!(endpoint, detail = refused.detail, "a notice ignored");
+            return None;
+        }
     }
     let bytes = match body::read(body, MAX_NOTICE_BYTES).await {
         Ok(bytes) => bytes,
