@@ -1,6 +1,8 @@
-//! Shared pieces of the example servers: the sleep handler's counters, the MCP tools, logging, flags.
+//! Shared pieces of the example servers: the sleep handler's counters, the MCP tools, the RAP tool server,
+//! logging, flags.
 
 pub mod mcp;
+pub mod rap;
 
 use std::{
     fmt,

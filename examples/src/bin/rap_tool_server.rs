@@ -1,0 +1,36 @@
+//! A RAP tool server at `http://ADDR`: the runtime discovers its tools at `GET /.well-known/rap-toolset`, invokes
+//! them with `POST /invoke` (acknowledged at once; the `tool_result` is POSTed to the invocation's
+//! `callback_url` later), and stops them with `POST /cancel_tool_call` or `POST /close_thread`. A call the runtime
+//! cancelled is stopped and gets no result.
+//!
+//! ```text
+//! cargo run -p examples --bin rap_tool_server -- --addr 127.0.0.1:8080 --token s3cret
+//! cargo run -p examples --bin rap_tool_server -- --addr 127.0.0.1:0 --token s3cret --timeout-ms 5000
+//! ```
+//!
+//! Once bound it prints one line, `listening on http://ADDR` (with the real port when asked for port 0): the base
+//! URL a runtime is given. Every endpoint but discovery wants `Authorization: Bearer TOKEN` (401 without it);
+//! `--token` is required. Tools ([`examples::rap`]): `sleep {"ms"}` answers the text `slept N ms`; `stats` answers
+//! the JSON text `{"started","completed","cancelled","inFlight"}` (the sleep handlers' counters, and the calls
+//! running besides the `stats` call itself). With `--timeout-ms T` a call that runs too long is stopped and its
+//! result is `Error: the tool call timed out`.
+
+use std::process::ExitCode;
+
+#[tokio::main]
+async fn main() -> std::io::Result<ExitCode> {
+    examples::init_tracing();
+    let addr = examples::string_arg("--addr").unwrap_or_else(|| "127.0.0.1:0".into());
+    let Some(token) = examples::string_arg("--token") else {
+        // Serving without authentication would let anyone cancel anyone's calls.
+        eprintln!("rap_tool_server: --token TOKEN is required");
+        return Ok(ExitCode::from(2));
+    };
+    let listener = tokio::net::TcpListener::bind(&addr).await?;
+    let base = format!("http://{}", listener.local_addr()?);
+    let server = examples::rap::Server::new(&base, examples::timeouts_from_args());
+    let app = server.router(&token);
+    println!("listening on {base}");
+    axum::serve(listener, app).await?;
+    Ok(ExitCode::SUCCESS)
+}
