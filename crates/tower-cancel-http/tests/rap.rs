@@ -592,3 +592,56 @@ async fn polling_the_status_never_uses_up_the_quota_of_cancels() {
     h.cancel("t1", "c1").await;
     assert_eq!(h.probe.ended(1).await, [end("c1", "peer")]);
 }
+
+#[tokio::test]
+async fn missing_or_null_arguments_are_no_arguments() {
+    let h = Harness::start().await;
+    for (call, arguments) in [("c1", Some(Value::Null)), ("c2", None)] {
+        let mut body = h.invocation("t1", call, "whoami", json!({}));
+        match arguments {
+            Some(arguments) => body["arguments"] = arguments,
+            None => drop(body.as_object_mut().unwrap().remove("arguments")),
+        }
+        assert_eq!(h.post("/invoke", body).await.0, StatusCode::OK);
+    }
+    let results = h.callback.results(2).await;
+    for result in results {
+        let seen: Value = serde_json::from_str(result["text"].as_str().unwrap()).unwrap();
+        assert_eq!(seen["thread"], "t1", "the handler ran: {result}");
+    }
+}
+
+#[tokio::test]
+async fn a_cancel_without_a_content_type_is_read_as_json() {
+    let h = Harness::start().await;
+    h.invoke("t1", "c1", 60_000).await;
+    h.probe.started(1).await;
+    let response = h
+        .http
+        .post(h.url("/cancel_tool_call"))
+        .bearer_auth(TOKEN)
+        .body(json!({"thread_id": "t1", "tool_call_id": "c1"}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(h.probe.ended(1).await, [end("c1", "peer")]);
+}
+
+#[tokio::test]
+async fn a_result_follows_no_redirect() {
+    let h = Harness::with(
+        CancelStack::new(Rap),
+        |server| server,
+        vec![StatusCode::TEMPORARY_REDIRECT],
+    )
+    .await;
+    h.invoke("t1", "c1", 1).await;
+    h.idle().await;
+    assert_eq!(
+        h.callback.received().len(),
+        1,
+        "posted once, to the URL given"
+    );
+    assert_eq!((h.stats().delivered, h.stats().undelivered), (0, 1));
+}

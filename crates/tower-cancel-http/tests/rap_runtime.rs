@@ -244,3 +244,55 @@ fn a_call_dropped_outside_the_runtime_still_cancels() {
     });
     assert_eq!(rap.pending(), 0);
 }
+
+#[tokio::test]
+async fn an_invocation_that_cannot_be_sent_sends_no_cancel() {
+    let h = Harness::start().await;
+    let runtime = runtime(&h, &[]).await;
+    let outcome = runtime
+        .call("not a url", "t1", "c1", "sleep", json!({"ms": 1}))
+        .await;
+    assert!(
+        matches!(outcome, Err(CallError::Unreachable(_))),
+        "{outcome:?}"
+    );
+    assert_eq!(runtime.pending(), 0);
+    assert_eq!(runtime.notifier().stats().sent, 0);
+}
+
+#[tokio::test]
+async fn any_2xx_acknowledges_an_invocation() {
+    let h = Harness::start().await;
+    let runtime = runtime(&h, &[]).await;
+    // A tool server that answers 202 and sends its result later.
+    let accepting = serve(axum::Router::new().route(
+        "/invoke",
+        axum::routing::post(|| async { StatusCode::ACCEPTED }),
+    ))
+    .await;
+    let call = tokio::spawn(
+        runtime
+            .call(
+                format!("http://{accepting}/invoke"),
+                "t1",
+                "c1",
+                "op",
+                json!({}),
+            )
+            .into_future(),
+    );
+    eventually("the call acknowledged and waiting", || {
+        runtime.pending() == 1
+    })
+    .await;
+    let result = json!({"type": "tool_result", "group_id": "t1", "id": "c1", "text": "done"});
+    let response = h
+        .http
+        .post(runtime.callback_url())
+        .body(result.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(call.await.unwrap().unwrap().text.as_deref(), Some("done"));
+}

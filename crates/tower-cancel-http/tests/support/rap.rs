@@ -42,11 +42,13 @@ impl Callback {
                         let value: Value = serde_json::from_slice(&body).unwrap();
                         callback.received.lock().unwrap().push(value);
                         let mut statuses = callback.statuses.lock().unwrap();
-                        if statuses.is_empty() {
+                        let status = if statuses.is_empty() {
                             StatusCode::OK
                         } else {
                             statuses.remove(0)
-                        }
+                        };
+                        // A redirection points back here: a client that follows it POSTs again.
+                        (status, [(http::header::LOCATION, "/callback")])
                     },
                 ),
             )

@@ -43,8 +43,9 @@ impl Delivery {
         result: &ToolResult,
         stop: &CancellationToken,
     ) -> Delivered {
+        // Bytes, so that each attempt shares the one serialization.
         let body = match serde_json::to_vec(result) {
-            Ok(body) => body,
+            Ok(body) => bytes::Bytes::from(body),
             Err(error) => {
                 // A result of strings and JSON values: this does not happen.
                 tracing::error!(%error, "a tool result could not be serialized");

@@ -46,9 +46,6 @@ pub(super) async fn cancel_tool_call<S>(
     let Some(notice) = read::<CancelToolCall>(request, "cancel_tool_call").await else {
         return StatusCode::OK.into_response();
     };
-    if !valid(&notice.thread_id, "thread_id") || !valid(&notice.tool_call_id, "tool_call_id") {
-        return StatusCode::OK.into_response();
-    }
     // A cancel before its invocation is remembered in the thread's scope, so the thread is made if need be; the
     // table and each scope's memory of early cancels are bounded.
     match config
@@ -83,9 +80,6 @@ pub(super) async fn close_thread<S>(
     let Some(notice) = read::<CloseThread>(request, "close_thread").await else {
         return StatusCode::OK.into_response();
     };
-    if !valid(&notice.thread_id, "thread_id") {
-        return StatusCode::OK.into_response();
-    }
     let closed = config.threads.remove(
         &notice.thread_id.as_str().into(),
         CancelReason::peer(Some(THREAD_CLOSED.into())),
@@ -101,19 +95,15 @@ pub(super) async fn tool_call_status<S>(
     if let Some(limited) = rate_limited(&server, |limiters| &limiters.status) {
         return limited;
     }
-    let alive = match read::<CancelToolCall>(request, "tool_call_status").await {
-        Some(notice)
-            if valid(&notice.thread_id, "thread_id")
-                && valid(&notice.tool_call_id, "tool_call_id") =>
-        {
+    let alive = read::<CancelToolCall>(request, "tool_call_status")
+        .await
+        .is_some_and(|notice| {
             server
                 .config
                 .threads
                 .get(&notice.thread_id.as_str().into())
                 .is_some_and(|thread| thread.is_alive(&notice.tool_call_id))
-        }
-        _ => false,
-    };
+        });
     body::json_response(StatusCode::OK, &CallStatus { alive })
 }
 
@@ -140,11 +130,31 @@ fn rate_limited<S>(
     )
 }
 
-/// The notice's body, or `None` (logged) if it is not a JSON body of that shape within [`MAX_NOTICE_BYTES`].
-async fn read<T: DeserializeOwned>(
-    request: http::Request<Body>,
-    endpoint: &'static str,
-) -> Option<T> {
+/// A notice's body: the ids it carries are checked before anything is looked up with them.
+trait Notice: DeserializeOwned {
+    /// Each id with its field's name.
+    fn ids(&self) -> impl Iterator<Item = (&'static str, &str)>;
+}
+
+impl Notice for CancelToolCall {
+    fn ids(&self) -> impl Iterator<Item = (&'static str, &str)> {
+        [
+            ("thread_id", self.thread_id.as_str()),
+            ("tool_call_id", self.tool_call_id.as_str()),
+        ]
+        .into_iter()
+    }
+}
+
+impl Notice for CloseThread {
+    fn ids(&self) -> impl Iterator<Item = (&'static str, &str)> {
+        std::iter::once(("thread_id", self.thread_id.as_str()))
+    }
+}
+
+/// The notice's body, or `None` (logged) if it is not a JSON object of that shape within [`MAX_NOTICE_BYTES`]
+/// whose ids are valid.
+async fn read<T: Notice>(request: http::Request<Body>, endpoint: &'static str) -> Option<T> {
     let (parts, body) = request.into_parts();
     // The spec says JSON, and a runtime that says otherwise is not heard; one that says nothing is read as JSON
     // (its notice is never retried: a lost cancel costs a whole call).
@@ -166,21 +176,18 @@ async fn read<T: DeserializeOwned>(
         tracing::warn!(endpoint, "a notice that is not a JSON object: ignored");
         return None;
     }
-    match serde_json::from_slice(&bytes) {
-        Ok(notice) => Some(notice),
+    let notice: T = match serde_json::from_slice(&bytes) {
+        Ok(notice) => notice,
         Err(error) => {
             tracing::warn!(endpoint, %error, "a notice that could not be read: ignored");
-            None
+            return None;
+        }
+    };
+    for (field, id) in notice.ids() {
+        if let Err(invalid) = ids::validate(id) {
+            tracing::warn!(endpoint, field, %invalid, "a notice with an invalid id: ignored");
+            return None;
         }
     }
-}
-
-fn valid(id: &str, field: &'static str) -> bool {
-    match ids::validate(id) {
-        Ok(()) => true,
-        Err(invalid) => {
-            tracing::warn!(field, %invalid, "a notice with an invalid id: ignored");
-            false
-        }
-    }
+    Some(notice)
 }
