@@ -7,7 +7,7 @@ use tower_layer::Layer;
 use crate::{
     cancel::{Cancel, CancelLayer, Mode},
     cascade::{Cascade, CascadeLayer},
-    dialect::{Acp, AcpDraft, Dialect, Lsp, Mcp},
+    dialect::{Abp, Acp, AcpDraft, Dialect, Lsp, Mcp},
     error_map::{ErrorMap, ErrorMapLayer},
     registry::Registry,
     timeout::{Timeout, TimeoutLayer},
@@ -69,6 +69,14 @@ impl CancelStack<Mcp> {
     /// The stack for the Model Context Protocol (no reply for a cancelled request).
     pub fn mcp() -> Self {
         Self::new(Mcp)
+    }
+}
+
+impl CancelStack<Abp> {
+    /// The stack for the Agentic Browser Protocol (a cancelled call is answered `cancelled: true`; a call's own
+    /// `options.timeout` is honoured as a [`RequestedTimeout`](crate::timeout::RequestedTimeout)).
+    pub fn abp() -> Self {
+        Self::new(Abp)
     }
 }
 

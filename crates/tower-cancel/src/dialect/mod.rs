@@ -10,6 +10,7 @@
 //! | [`Acp`] | `$/cancel_request {requestId}` | error -32800 |
 //! | [`AcpDraft`] | `$/cancelRequest {id}`, only after `initialize` and if declared | error -32800 |
 //! | [`Mcp`] | `notifications/cancelled {requestId, reason}` | no reply at all |
+//! | [`Abp`] | `capabilities/cancel {callId, reason}`, itself answered ([`abp`]) | `{success: false, cancelled: true}` |
 //!
 //! Write your own by implementing the trait.
 
@@ -19,14 +20,17 @@ use crate::{
     context::CancelReason,
     message::{ErrorObject, Id, Request},
     progress::{ProgressEvent, ProgressUpdate},
+    registry::CancelAck,
     scope::SessionState,
 };
 
+pub mod abp;
 mod acp;
 mod lsp;
 mod mcp;
 mod server_cancellable;
 
+pub use abp::Abp;
 pub use acp::{Acp, AcpDraft};
 pub use lsp::Lsp;
 pub use mcp::Mcp;
@@ -123,6 +127,20 @@ pub trait Dialect: Clone + Send + Sync + 'static {
     /// draft only to a peer that declared the capability).
     fn may_send_cancel(&self, method: &str, _session: &SessionState) -> bool {
         method != "initialize"
+    }
+
+    /// Whether this dialect answers a peer's cancel with an acknowledgment (ABP's `capabilities/cancel-result`).
+    /// The transport then hands each cancel to [`Connection::acknowledge_cancel`](crate::scope::Connection::acknowledge_cancel)
+    /// and sends what [`acknowledge`](Self::acknowledge) renders; a scope made with such a dialect remembers how
+    /// its last requests ended, so a cancel of a finished request is told from one of an unknown id.
+    fn acknowledges_cancels(&self) -> bool {
+        false
+    }
+
+    /// The acknowledgment of the peer's cancel `notice`, with the outcome the request's lifecycle decided. `None`
+    /// for dialects whose cancels are not answered (all the JSON-RPC ones).
+    fn acknowledge(&self, _notice: &CancelNotice, _ack: CancelAck) -> Option<Value> {
+        None
     }
 
     /// Whether a caller keeps waiting for the peer's reply after it sent a cancel (LSP and ACP: the peer still

@@ -20,6 +20,12 @@ pub(crate) use std::sync::{
 #[cfg(not(loom))]
 pub(crate) use futures_util::task::AtomicWaker;
 
+#[cfg(not(loom))]
+pub(crate) use std::thread::yield_now;
+
+#[cfg(loom)]
+pub(crate) use loom::thread::yield_now;
+
 #[cfg(loom)]
 mod mocked;
 

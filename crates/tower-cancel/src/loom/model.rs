@@ -39,7 +39,7 @@ use crate::{
     context::CancelReason,
     dialect::Lsp,
     lifecycle::Lifecycle,
-    registry::{CancelOutcome, Registry},
+    registry::{CancelAck, CancelOutcome, Registry},
     BoxError, CancelLayer, Cancelled, Id, Outbox, Peer, PeerError, Request, RequestContext,
 };
 
@@ -276,6 +276,56 @@ fn loom_completion_against_a_timeout_and_a_peer_cancel() {
             &seen,
         );
     });
+}
+
+#[test]
+fn loom_an_acknowledged_cancel_against_completion_and_a_timeout() {
+    // ABP's cancel-result: the acknowledgment must say what the lifecycle decided. Cancelled: this cancel's reason
+    // is the outcome; already cancelled: another source's is; already completed: the handler's answer is; not
+    // found: the request had not arrived, and starts out cancelled by this cancel.
+    explore(
+        "an acknowledged cancel against completion and a timeout",
+        || {
+            let seen = Arc::new(Seen::default());
+            let (mut service, registry) = layered(Handler::Answers, &seen);
+            let registry = registry.remember_finished(16, 4096);
+            let acknowledger = thread::spawn({
+                let registry = registry.clone();
+                move || registry.acknowledge(&Id::from(ID), CancelReason::peer(None))
+            });
+            let timeout = thread::spawn({
+                let seen = seen.clone();
+                move || {
+                    seen.context()
+                        .map(|context| context.cancel_with(CancelReason::Timeout))
+                }
+            });
+            let result = loom::future::block_on(call(&mut service));
+            let ack = acknowledger.join().unwrap();
+            let timed_out = timeout.join().unwrap() == Some(true);
+            let ended = cancelled_reason(&result);
+            match ack {
+                CancelAck::Cancelled | CancelAck::NotFound => {
+                    assert_eq!(ended, Some(CancelReason::peer(None)), "{ack:?}");
+                    assert!(!timed_out);
+                }
+                CancelAck::AlreadyCancelled => {
+                    assert_eq!(ended, Some(CancelReason::Timeout));
+                    assert!(timed_out);
+                }
+                CancelAck::AlreadyCompleted => assert_eq!(ended, None),
+                other => panic!("{other:?}"),
+            }
+            let winners = if timed_out {
+                vec![CancelReason::Timeout]
+            } else if ack == CancelAck::Cancelled {
+                vec![CancelReason::peer(None)]
+            } else {
+                vec![]
+            };
+            check_one_outcome(ended, &winners, &registry, &seen);
+        },
+    );
 }
 
 #[test]

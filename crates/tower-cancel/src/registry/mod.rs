@@ -21,9 +21,18 @@
 //! - A cancel that arrives after its request completed looks the same as an early one (the id is not in flight)
 //!   and is remembered too. That is harmless as long as the peer does not reuse an id within the window, which
 //!   LSP's and ACP's clients never do (their ids only grow) and MCP forbids.
+//!
+//! # Acknowledged cancels
+//!
+//! A dialect that answers a cancel (ABP's `cancel-result`) needs to know what the cancel did, decided by the same
+//! compare-and-swap that settles the race with completion: [`Registry::acknowledge`] gives a [`CancelAck`]. For
+//! that, the registry of such a dialect's scope also remembers how its last requests ended
+//! ([`Registry::remember_finished`]), bounded in entries and in bytes like the early-cancel memory; a request
+//! forgotten there is answered as an unknown one.
 
 mod early;
 mod error;
+mod finished;
 
 use std::{
     collections::{hash_map::Entry, HashMap},
@@ -45,12 +54,19 @@ use crate::{
 };
 use early::{EarlyCancels, Remembered};
 pub use error::DuplicateId;
+use finished::{Ended, FinishedRequests};
 
 /// How many early cancels a registry remembers by default.
 pub const DEFAULT_EARLY_CANCEL_CAPACITY: usize = 1024;
 
 /// How many bytes the early cancels of a registry may hold by default (ids, reasons and bookkeeping).
 pub const DEFAULT_EARLY_CANCEL_BYTES: usize = 256 * 1024;
+
+/// How many finished requests a registry that remembers them ([`Registry::remember_finished`]) keeps by default.
+pub const DEFAULT_FINISHED_CAPACITY: usize = 4096;
+
+/// How many bytes the memory of finished requests may hold by default (ids and bookkeeping).
+pub const DEFAULT_FINISHED_BYTES: usize = 1024 * 1024;
 
 /// The connection tag of a cancel for the whole scope.
 pub(crate) const WHOLE_SCOPE: u64 = 0;
@@ -71,6 +87,8 @@ struct Tables {
     // Entries in `in_flight` (a slot may hold several, one per connection).
     len: usize,
     early: EarlyCancels,
+    // How the last requests ended: only for dialects that acknowledge cancels.
+    finished: Option<FinishedRequests>,
     // Set when the whole scope stops taking work: new requests start out cancelled with it.
     refusing: Option<CancelReason>,
 }
@@ -113,6 +131,31 @@ pub enum CancelOutcome {
     Remembered,
 }
 
+/// What a cancel did, as a dialect that acknowledges cancels tells the peer (ABP's `cancel-result`). Decided by
+/// the request's lifecycle, atomically with the race against its completion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CancelAck {
+    /// The request was running (or queued) and this cancel stopped it: its reply says it was cancelled.
+    Cancelled,
+    /// An earlier cancel (of any source: the peer, a timeout, a shutdown) stopped it already.
+    AlreadyCancelled,
+    /// Its handler's outcome won the race, or it had ended before: that outcome is its reply.
+    AlreadyCompleted,
+    /// No such request in flight nor remembered as finished. The cancel is remembered as an early one, so a
+    /// request with that id arriving after it starts out cancelled.
+    NotFound,
+    /// The request is in flight but its dialect never lets it be cancelled (`initialize`).
+    NotCancellable,
+}
+
+impl CancelAck {
+    /// Whether the request ended, or will end, cancelled.
+    pub fn cancelled(self) -> bool {
+        matches!(self, CancelAck::Cancelled | CancelAck::AlreadyCancelled)
+    }
+}
+
 /// A snapshot of a registry's counters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -133,6 +176,10 @@ pub struct Stats {
     pub remembered: usize,
     /// Bytes the remembered early cancels hold now (within [`DEFAULT_EARLY_CANCEL_BYTES`] by default).
     pub remembered_bytes: usize,
+    /// Finished requests remembered now (only with [`Registry::remember_finished`]).
+    pub finished: usize,
+    /// Bytes the remembered finished requests hold now.
+    pub finished_bytes: usize,
 }
 
 impl Default for Registry {
@@ -163,10 +210,82 @@ impl Registry {
                     in_flight: HashMap::new(),
                     len: 0,
                     early: EarlyCancels::new(capacity, bytes),
+                    finished: None,
                     refusing: None,
                 }),
                 counters: Counters::default(),
             }),
+        }
+    }
+
+    /// Remember how the last `capacity` requests ended, in at most `bytes`, so that [`acknowledge`](Self::acknowledge)
+    /// can tell a cancel of a finished request from one of an unknown id. For the scope of a dialect that
+    /// acknowledges cancels; a [`Scope`](crate::scope::Scope) made with such a dialect turns it on with the
+    /// defaults ([`DEFAULT_FINISHED_CAPACITY`], [`DEFAULT_FINISHED_BYTES`]).
+    pub fn remember_finished(self, capacity: usize, bytes: usize) -> Self {
+        self.lock().finished = Some(FinishedRequests::new(capacity, bytes));
+        self
+    }
+
+    /// Whether this registry remembers finished requests.
+    pub fn remembers_finished(&self) -> bool {
+        self.lock().finished.is_some()
+    }
+
+    /// Cancel every request `id` in flight in the scope and say what the cancel did (see [`CancelAck`]); an id not
+    /// in flight is remembered as an early cancel. A peer's cancel on a connection reaches its own requests only:
+    /// see [`Connection::acknowledge_cancel`](crate::scope::Connection::acknowledge_cancel).
+    pub fn acknowledge(&self, id: &Id, reason: CancelReason) -> CancelAck {
+        self.acknowledge_in(WHOLE_SCOPE, id, reason)
+    }
+
+    /// Cancel the request `id` of connection `conn` (every connection's, for the whole scope) and say what the
+    /// cancel did. Like [`cancel`](Self::cancel), an id not in flight is remembered as an early cancel.
+    ///
+    /// The answer is the lifecycle's: when the cancel loses the race to the handler's outcome, the answer is
+    /// [`CancelAck::AlreadyCompleted`] and that outcome is the reply; when it wins, [`CancelAck::Cancelled`] and
+    /// the reply says cancelled. Whoever sends the acknowledgment and the reply decides their order.
+    pub(crate) fn acknowledge_in(&self, conn: u64, id: &Id, reason: CancelReason) -> CancelAck {
+        let mut tables = self.lock();
+        let target = tables.in_flight.get(id).and_then(|slot| {
+            slot.iter()
+                .find(|lifecycle| conn == WHOLE_SCOPE || lifecycle.conn() == conn)
+                .cloned()
+        });
+        let Some(lifecycle) = target else {
+            let ended = tables
+                .finished
+                .as_ref()
+                .and_then(|finished| finished.get(conn, id));
+            if let Some(ended) = ended {
+                return match ended {
+                    Ended::Completed => CancelAck::AlreadyCompleted,
+                    Ended::Cancelled => CancelAck::AlreadyCancelled,
+                };
+            }
+            let remembered = tables.early.remember(conn, id, reason);
+            drop(tables);
+            self.count_remembered(&remembered);
+            return CancelAck::NotFound;
+        };
+        // Cancel outside the lock, as `cancel_in` does.
+        drop(tables);
+        if !lifecycle.is_cancellable() {
+            return CancelAck::NotCancellable;
+        }
+        if lifecycle.cancel(reason) {
+            return CancelAck::Cancelled;
+        }
+        loop {
+            if lifecycle.is_cancelled() {
+                return CancelAck::AlreadyCancelled;
+            }
+            if lifecycle.is_completed() {
+                return CancelAck::AlreadyCompleted;
+            }
+            // Another source's cancel wrote its reason and is a few instructions from its swap (which it may
+            // still lose to the completion): the answer is whichever settles it.
+            crate::loom::yield_now();
         }
     }
 
@@ -276,9 +395,19 @@ impl Registry {
 
     /// The counters, and the table sizes now.
     pub fn stats(&self) -> Stats {
-        let (in_flight, remembered, remembered_bytes) = {
+        let (in_flight, remembered, remembered_bytes, finished, finished_bytes) = {
             let tables = self.lock();
-            (tables.len, tables.early.len(), tables.early.bytes())
+            let (finished, finished_bytes) = tables
+                .finished
+                .as_ref()
+                .map_or((0, 0), |finished| (finished.len(), finished.bytes()));
+            (
+                tables.len,
+                tables.early.len(),
+                tables.early.bytes(),
+                finished,
+                finished_bytes,
+            )
         };
         let c = &self.inner.counters;
         Stats {
@@ -290,6 +419,8 @@ impl Registry {
             in_flight,
             remembered,
             remembered_bytes,
+            finished,
+            finished_bytes,
         }
     }
 
@@ -326,6 +457,9 @@ impl Registry {
                 }
             }
             tables.len += 1;
+            if let Some(finished) = &mut tables.finished {
+                finished.forget(id);
+            }
             // The common case pays for no lookup: the window is empty unless the peer sent early cancels.
             let early_reason = if tables.early.is_empty() {
                 None
@@ -384,6 +518,16 @@ impl Registry {
         }
         if removed {
             tables.len -= 1;
+            if lifecycle.is_cancellable() {
+                if let Some(finished) = &mut tables.finished {
+                    let ended = if lifecycle.is_completed() {
+                        Ended::Completed
+                    } else {
+                        Ended::Cancelled
+                    };
+                    finished.remember(lifecycle.conn(), id, ended);
+                }
+            }
         }
     }
 
@@ -528,6 +672,107 @@ mod tests {
         assert!(
             c.is_cancelled() && d.is_cancelled(),
             "a scope-wide cancel reaches both"
+        );
+    }
+
+    #[test]
+    fn an_acknowledged_cancel_says_what_it_did_before_during_and_after() {
+        let registry = Registry::new().remember_finished(8, 64 * 1024);
+        assert!(registry.remembers_finished());
+        // Unknown: remembered as an early cancel, and the request then starts cancelled.
+        assert_eq!(
+            registry.acknowledge_in(1, &Id::from("early"), CancelReason::peer(None)),
+            CancelAck::NotFound
+        );
+        let early = entry("early", 1);
+        insert(&registry, &early);
+        assert!(early.is_cancelled());
+        registry.remove(&early);
+
+        let running = entry("run", 1);
+        insert(&registry, &running);
+        assert_eq!(
+            registry.acknowledge_in(1, &Id::from("run"), CancelReason::peer(None)),
+            CancelAck::Cancelled
+        );
+        assert_eq!(
+            registry.acknowledge_in(1, &Id::from("run"), CancelReason::peer(None)),
+            CancelAck::AlreadyCancelled,
+            "in flight, cancelled"
+        );
+        registry.remove(&running);
+        for _ in 0..3 {
+            assert_eq!(
+                registry.acknowledge_in(1, &Id::from("run"), CancelReason::peer(None)),
+                CancelAck::AlreadyCancelled,
+                "finished, cancelled: the same answer every time"
+            );
+        }
+
+        let done = entry("done", 1);
+        insert(&registry, &done);
+        assert!(done.complete());
+        assert_eq!(
+            registry.acknowledge_in(1, &Id::from("done"), CancelReason::peer(None)),
+            CancelAck::AlreadyCompleted,
+            "completed, its entry not yet removed"
+        );
+        registry.remove(&done);
+        assert_eq!(
+            registry.acknowledge_in(1, &Id::from("done"), CancelReason::peer(None)),
+            CancelAck::AlreadyCompleted
+        );
+        assert_eq!(
+            registry.acknowledge_in(2, &Id::from("done"), CancelReason::peer(None)),
+            CancelAck::NotFound,
+            "another connection's request"
+        );
+        let stats = registry.stats();
+        assert_eq!(
+            (stats.finished, stats.in_flight),
+            (3, 0),
+            "early, run, done"
+        );
+
+        // A new request with a finished id is a new request.
+        let again = entry("done", 1);
+        insert(&registry, &again);
+        assert_eq!(registry.stats().finished, 2);
+        assert_eq!(
+            registry.acknowledge_in(1, &Id::from("done"), CancelReason::peer(None)),
+            CancelAck::Cancelled
+        );
+        registry.remove(&again);
+    }
+
+    #[test]
+    fn a_forgotten_finished_request_is_answered_as_unknown() {
+        let registry = Registry::new().remember_finished(2, 64 * 1024);
+        for id in 0..3 {
+            let e = entry(id, 1);
+            insert(&registry, &e);
+            assert!(e.complete());
+            registry.remove(&e);
+        }
+        assert_eq!(registry.stats().finished, 2);
+        assert_eq!(
+            registry.acknowledge_in(1, &Id::from(0), CancelReason::peer(None)),
+            CancelAck::NotFound
+        );
+        assert_eq!(
+            registry.acknowledge_in(1, &Id::from(2), CancelReason::peer(None)),
+            CancelAck::AlreadyCompleted
+        );
+        let plain = Registry::new();
+        assert_eq!(plain.stats().finished, 0);
+        let e = entry(5, 1);
+        insert(&plain, &e);
+        assert!(e.complete());
+        plain.remove(&e);
+        assert_eq!(
+            plain.acknowledge_in(1, &Id::from(5), CancelReason::peer(None)),
+            CancelAck::NotFound,
+            "without the memory, a finished request is unknown"
         );
     }
 

@@ -13,7 +13,7 @@ use crate::{
     message::{Id, Message, Request, Response},
     outbox::Outbox,
     peer::Peer,
-    registry::{CancelOutcome, DuplicateId, Registry, WHOLE_SCOPE},
+    registry::{CancelAck, CancelOutcome, DuplicateId, Registry, WHOLE_SCOPE},
 };
 
 /// One link of a [`Scope`]: a stream connection, an HTTP request's stream, a WebSocket. Requests arrive through
@@ -131,6 +131,21 @@ impl Connection {
             .scope
             .registry()
             .cancel_in(self.inner.cancels, id, reason)
+    }
+
+    /// A peer's cancel message that its dialect answers (ABP's `capabilities/cancel`): cancel this connection's
+    /// request `id` (the scope's, on an [exchange](Scope::exchange)) and say what the cancel did, as the request's
+    /// lifecycle decided it, atomically with the race against its completion (see [`CancelAck`]). An id not in
+    /// flight is remembered as an early cancel, as with [`cancel`](Self::cancel).
+    ///
+    /// The answer tells a finished request from an unknown one only if the scope's registry remembers finished
+    /// requests ([`Registry::remember_finished`]; on by default in a scope made with a dialect that acknowledges
+    /// cancels).
+    pub fn acknowledge_cancel(&self, id: &Id, reason: CancelReason) -> CancelAck {
+        self.inner
+            .scope
+            .registry()
+            .acknowledge_in(self.inner.cancels, id, reason)
     }
 
     /// The other side is gone, or this side is done: cancel every request of this connection with `reason`, refuse

@@ -81,7 +81,9 @@ use crate::{
     message::Id,
     outbox::Outbox,
     peer::PeerDialect,
-    registry::{CancelOutcome, Registry},
+    registry::{
+        CancelAck, CancelOutcome, Registry, DEFAULT_FINISHED_BYTES, DEFAULT_FINISHED_CAPACITY,
+    },
 };
 pub(crate) use connection::{Cancels, Registration};
 
@@ -101,10 +103,17 @@ impl Scope {
     }
 
     /// A scope whose connections each have a [`Peer`](crate::Peer) speaking `dialect`. Give it the same
-    /// dialect value the stack was built with ([`CancelStack::dialect`](crate::CancelStack::dialect)).
+    /// dialect value the stack was built with ([`CancelStack::dialect`](crate::CancelStack::dialect)). If the
+    /// dialect acknowledges cancels ([`Dialect::acknowledges_cancels`]), the registry remembers how its last
+    /// requests ended ([`Registry::remember_finished`], with the defaults).
     pub fn with_dialect<D: Dialect>(dialect: D) -> Self {
+        let mut registry = Registry::new();
+        if dialect.acknowledges_cancels() {
+            registry =
+                registry.remember_finished(DEFAULT_FINISHED_CAPACITY, DEFAULT_FINISHED_BYTES);
+        }
         Self {
-            registry: Registry::new(),
+            registry,
             dialect: Some(Arc::new(dialect)),
         }
     }
@@ -139,6 +148,11 @@ impl Scope {
     /// scope (see [Sharing a scope](self#sharing-a-scope)).
     pub fn cancel(&self, id: &Id, reason: CancelReason) -> CancelOutcome {
         self.registry.cancel(id, reason)
+    }
+
+    /// Cancel every request `id` in flight in the scope and say what the cancel did (see [`CancelAck`]).
+    pub fn acknowledge_cancel(&self, id: &Id, reason: CancelReason) -> CancelAck {
+        self.registry.acknowledge(id, reason)
     }
 
     /// Cancel everything in flight in the scope with `reason`. Returns how many requests this cancelled.

@@ -2,7 +2,8 @@
 //!
 //! [`TimeoutLayer`] goes just inside the [`CancelLayer`](crate::CancelLayer). A request's limit is its method's
 //! ([`TimeoutLayer::method`]) or else the default; a request may carry its own, shorter timeout in
-//! `params._meta.<field>` ([`TimeoutLayer::from_meta`]), never a longer one than that limit. The deadline is visible in the request's
+//! `params._meta.<field>` ([`TimeoutLayer::from_meta`]) or, set by its transport, in a [`RequestedTimeout`]
+//! extension (ABP's `options.timeout`), never a longer one than that limit. The deadline is visible in the request's
 //! [`RequestContext::deadline`](crate::RequestContext::deadline).
 //!
 //! # Expiry is a cancellation
@@ -72,6 +73,12 @@ pub use self::{deadline::Deadline, future::ResponseFuture, layer::TimeoutLayer};
 use crate::{message::Request, BoxError};
 use layer::Config;
 
+/// A timeout the peer asked for in a place the params do not hold (ABP's `options.timeout`), put on the
+/// [`Request`]'s extensions by the transport. Every [`TimeoutLayer`] honours it, even one without rules of its
+/// own; like `params._meta`'s, it can shorten the server's limit, never extend it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RequestedTimeout(pub Duration);
+
 /// The service built by [`TimeoutLayer`].
 #[derive(Clone, Debug)]
 pub struct Timeout<S> {
@@ -106,10 +113,16 @@ impl<S> Timeout<S> {
             .get(req.method())
             .copied()
             .or(config.default);
-        let own = config
-            .meta_field
-            .as_deref()
-            .and_then(|field| meta_millis(req, field));
+        let own = req
+            .extensions()
+            .get::<RequestedTimeout>()
+            .map(|requested| requested.0)
+            .or_else(|| {
+                config
+                    .meta_field
+                    .as_deref()
+                    .and_then(|field| meta_millis(req, field))
+            });
         match (own, configured) {
             // A request may ask for less time than the server allows, never for more: the server's limits
             // protect it from its peers.
@@ -150,7 +163,8 @@ where
     }
 
     fn call(&mut self, req: Request) -> Self::Future {
-        if !self.config.has_rules() {
+        let transparent = !self.config.has_rules();
+        if transparent && req.extensions().get::<RequestedTimeout>().is_none() {
             return ResponseFuture::direct(self.inner.call(req));
         }
         // Notifications are never answered, so they have nothing to time out.
@@ -159,8 +173,15 @@ where
         } else {
             self.timeout_for(&req)
         };
-        // The clone takes the readiness-free copy of the inner service into the request's own future.
-        let inner = self.inner.clone();
+        // The clone takes the readiness-free copy of the inner service into the request's own future. A transparent
+        // layer forwarded the inner service's readiness: the service made ready goes into the future instead (it
+        // may hold a permit), and the clone stays.
+        let inner = if transparent {
+            let clone = self.inner.clone();
+            std::mem::replace(&mut self.inner, clone)
+        } else {
+            self.inner.clone()
+        };
         let Some(timeout) = timeout else {
             return ResponseFuture::new(inner, req, None, None);
         };
