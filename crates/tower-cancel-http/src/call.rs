@@ -60,10 +60,20 @@ pub(crate) fn spawn<S: RpcService, H: Send + 'static>(
 /// (-32603).
 pub(crate) async fn settle<S: RpcService>(service: S, request: Request) -> Option<Response> {
     let id = request.id().cloned();
-    let failure: BoxError = match AssertUnwindSafe(service.oneshot(request))
-        .catch_unwind()
-        .await
-    {
+    answer(
+        AssertUnwindSafe(service.oneshot(request))
+            .catch_unwind()
+            .await,
+        id,
+    )
+}
+
+/// The reply of request `id` from what its service gave: its reply, or its failure or panic as -32603.
+fn answer<E: Into<BoxError>>(
+    outcome: std::thread::Result<Result<Option<Response>, E>>,
+    id: Option<tower_cancel::Id>,
+) -> Option<Response> {
+    let failure: BoxError = match outcome {
         Ok(Ok(reply)) => return reply,
         Ok(Err(error)) => error.into(),
         Err(payload) => {
@@ -73,6 +83,27 @@ pub(crate) async fn settle<S: RpcService>(service: S, request: Request) -> Optio
         }
     };
     id.map(|id| Response::error(Some(id), error_object(&*failure)))
+}
+
+/// Call `service` with `request` now if it is ready at once (a [`CancelStack`](tower_cancel::CancelStack) always
+/// is), so that the request is in its scope's registry when this returns (a cancel read next finds it), and give
+/// the future of its reply, as [`settle`] answers it. A service that is not ready at once is called from the future,
+/// as [`settle`] does.
+pub(crate) fn start<S: RpcService>(
+    mut service: S,
+    request: Request,
+) -> impl std::future::Future<Output = Option<Response>> + Send + 'static {
+    let id = request.id().cloned();
+    let started = match service.ready().now_or_never() {
+        Some(Ok(ready)) => Ok(ready.call(request)),
+        _ => Err((service, request)),
+    };
+    async move {
+        match started {
+            Ok(future) => answer(AssertUnwindSafe(future).catch_unwind().await, id),
+            Err((service, request)) => settle(service, request).await,
+        }
+    }
 }
 
 /// The reply of a request's task. A task that was aborted (the runtime is shutting down) has no reply.

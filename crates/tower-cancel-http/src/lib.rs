@@ -14,6 +14,7 @@
 //! and runs each request on a task of its own, so a request can outlive its HTTP response where a disconnect
 //! must not cancel it.
 
+pub mod abp;
 pub mod auth;
 mod body;
 mod call;

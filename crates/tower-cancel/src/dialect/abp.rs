@@ -84,7 +84,7 @@ pub struct AbpError {
 }
 
 /// Read an ABP error from an [`ErrorObject`]: its `data.code` if [`error`] made it, else the code that matches the
-/// JSON-RPC one (-32601 `UNKNOWN_CAPABILITY`, -32602 `INVALID_PARAMS`, -32603 `INTERNAL_ERROR`, -32800
+/// JSON-RPC one (-32601 `UNKNOWN_CAPABILITY`, -32602 and -32600 `INVALID_PARAMS`, -32603 `INTERNAL_ERROR`, -32800
 /// `CANCELLED`, any other `OPERATION_FAILED`).
 pub fn read_error(error: &ErrorObject) -> AbpError {
     let data = error.data.as_ref().and_then(Value::as_object);
@@ -93,7 +93,8 @@ pub fn read_error(error: &ErrorObject) -> AbpError {
         Some(code) => code.to_owned(),
         None => match error.code {
             code::METHOD_NOT_FOUND => UNKNOWN_CAPABILITY,
-            code::INVALID_PARAMS => INVALID_PARAMS,
+            // -32600 is the stack's answer to a callId already in flight in the session.
+            code::INVALID_PARAMS | code::INVALID_REQUEST => INVALID_PARAMS,
             code::INTERNAL_ERROR => INTERNAL_ERROR,
             code::REQUEST_CANCELLED => CANCELLED,
             _ => OPERATION_FAILED,

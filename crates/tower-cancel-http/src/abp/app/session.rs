@@ -1,0 +1,393 @@
+//! One WebSocket, one ABP session, one scope: the reader that turns envelopes into calls and cancels, the tasks
+//! that run the calls, and the writer that sends what they answer.
+//!
+//! # Order
+//!
+//! ABP wants a cancel's `cancel-result` before the cancelled call's `call-result`. Both go through one queue, whose
+//! sender sits behind a lock: the reader holds it from before the cancel reaches the call's lifecycle until its
+//! `cancel-result` is queued, and a call's task takes it to queue its `call-result`. A call cancelled by that cancel
+//! can only answer after the swap, so its result queues behind the acknowledgment.
+
+use std::{
+    ops::ControlFlow,
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc, Mutex,
+    },
+    time::Duration,
+};
+
+use axum::extract::ws::{Message as WsMessage, WebSocket};
+use futures_util::{stream::SplitSink, SinkExt, StreamExt};
+use serde_json::value::to_raw_value;
+use tokio::sync::mpsc;
+use tower_cancel::{
+    dialect::{
+        abp::{self, CallOptions as DialectCallOptions},
+        Abp, CancelNotice,
+    },
+    outbox::OutboxReceiver,
+    timeout::RequestedTimeout,
+    CancelReason, Connection, Dialect, Id, Message, Outbox, Request,
+};
+
+use super::{render, Shared};
+use crate::{
+    abp::wire::{
+        types, Call, Cancel, Envelope, ErrorBody, Features, Initialize, InitializeResult,
+        MAX_ID_BYTES, PROTOCOL_VERSION,
+    },
+    call::{self, RpcService},
+};
+
+/// The queue to the writer, behind the lock that orders acknowledgments before the results they cancel.
+struct Out {
+    queue: Mutex<mpsc::UnboundedSender<String>>,
+}
+
+impl Out {
+    fn send(&self, envelope: &Envelope) {
+        let queue = self.lock();
+        // The writer is gone only when the agent is: nothing left to tell it.
+        let _ = queue.send(envelope.to_text());
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, mpsc::UnboundedSender<String>> {
+        // Sending cannot panic halfway: a poisoned lock holds a whole sender.
+        self.queue
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+struct Session<S> {
+    shared: Arc<Shared<S>>,
+    out: Arc<Out>,
+    // Handlers' progress reports go through the connection's outbox; the writer turns them into envelopes.
+    outbox: Outbox,
+    state: State,
+    // Calls of this session whose tasks have not ended (their result may still be on its way).
+    running: Arc<AtomicUsize>,
+    // Each call's task holds a clone: once all are dropped, `ended` yields `None`.
+    alive: Option<mpsc::Sender<()>>,
+}
+
+enum State {
+    Uninitialized,
+    Initialized {
+        connection: Connection,
+        progress: bool,
+    },
+}
+
+/// Serve one session until the agent leaves, sends `shutdown`, or the app shuts down.
+pub(super) async fn run<S: RpcService>(socket: WebSocket, shared: Arc<Shared<S>>) {
+    shared.counters.sessions.fetch_add(1, Ordering::AcqRel);
+    let (sink, mut frames) = socket.split();
+    let (queue, queued) = mpsc::unbounded_channel();
+    let (outbox, progress) = Outbox::new();
+    let writer = tokio::spawn(write(sink, queued, progress));
+    let (alive, mut ended) = mpsc::channel(1);
+    let mut session = Session {
+        shared: shared.clone(),
+        out: Arc::new(Out {
+            queue: Mutex::new(queue),
+        }),
+        outbox,
+        state: State::Uninitialized,
+        running: Arc::default(),
+        alive: Some(alive),
+    };
+    tracing::debug!("ABP session opened");
+    let reason = loop {
+        let frame = tokio::select! {
+            biased;
+            _ = shared.shutdown.cancelled() => break CancelReason::Shutdown,
+            frame = frames.next() => frame,
+        };
+        let text = match frame {
+            Some(Ok(WsMessage::Text(text))) => text,
+            Some(Ok(WsMessage::Binary(_))) => {
+                session.bad(
+                    None,
+                    render::INVALID_MESSAGE,
+                    "a binary frame: ABP envelopes are text",
+                );
+                continue;
+            }
+            Some(Ok(WsMessage::Ping(_) | WsMessage::Pong(_))) => continue,
+            Some(Ok(WsMessage::Close(_))) | Some(Err(_)) | None => break CancelReason::Disconnect,
+        };
+        if session.receive(text.as_str()).is_break() {
+            break CancelReason::Disconnect;
+        }
+    };
+    session.end(reason);
+    // Every call's task has sent its result: the writer may finish.
+    while ended.recv().await.is_some() {}
+    drop(session);
+    let _ = writer.await;
+    shared.counters.sessions.fetch_sub(1, Ordering::AcqRel);
+    tracing::debug!("ABP session closed");
+}
+
+impl<S: RpcService> Session<S> {
+    fn receive(&mut self, text: &str) -> ControlFlow<()> {
+        let envelope = match Envelope::from_text(text) {
+            Ok(envelope) => envelope,
+            Err(why) => {
+                self.bad(None, render::INVALID_MESSAGE, &why);
+                return ControlFlow::Continue(());
+            }
+        };
+        match envelope.kind.as_str() {
+            types::INITIALIZE => self.initialize(envelope),
+            types::CALL => self.call(envelope),
+            types::CANCEL => self.cancel(envelope),
+            types::SHUTDOWN => return ControlFlow::Break(()),
+            types::ELICITATION_RESPONSE => {
+                tracing::debug!("an elicitation response, though none was asked for: ignored");
+            }
+            other => {
+                let why = format!("envelopes of type {other:?} are not taken by this app");
+                self.bad(envelope.id, render::NOT_IMPLEMENTED, &why);
+            }
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn initialize(&mut self, envelope: Envelope) {
+        if matches!(self.state, State::Initialized { .. }) {
+            let error = ErrorBody::new(
+                abp::ALREADY_INITIALIZED,
+                "the session is initialized already",
+                false,
+            );
+            self.out.send(&render::error(envelope.id, error));
+            return;
+        }
+        let initialize: Initialize = match envelope.payload_as() {
+            Ok(initialize) => initialize,
+            Err(why) => {
+                let error = ErrorBody::new(abp::INVALID_PARAMS, why, false);
+                self.out.send(&render::error(envelope.id, error));
+                return;
+            }
+        };
+        let scope = tower_cancel::scope::Scope::with_dialect(Abp);
+        let connection = scope.connect(self.outbox.clone());
+        let session_id = uuid::Uuid::new_v4().to_string();
+        tracing::debug!(
+            session = %session_id,
+            agent = %initialize.agent.name,
+            version = %initialize.agent.version,
+            "ABP session initialized"
+        );
+        let result = InitializeResult {
+            session_id,
+            protocol_version: PROTOCOL_VERSION.into(),
+            app: self.shared.info.clone(),
+            capabilities: self.shared.capabilities.clone(),
+            features: Features {
+                notifications: false,
+                progress: initialize.features.progress,
+                elicitation: false,
+            },
+        };
+        self.state = State::Initialized {
+            connection,
+            progress: initialize.features.progress,
+        };
+        self.out.send(&Envelope::new(
+            types::INITIALIZE_RESULT,
+            envelope.id,
+            result,
+        ));
+    }
+
+    fn call(&mut self, envelope: Envelope) {
+        let State::Initialized {
+            connection,
+            progress,
+        } = &self.state
+        else {
+            self.out.send(&render::refused_call(
+                envelope.id,
+                render::not_initialized(),
+            ));
+            return;
+        };
+        let call: Call = match envelope.payload_as() {
+            Ok(call) => call,
+            Err(why) => {
+                let error = ErrorBody::new(abp::INVALID_PARAMS, why, false);
+                self.out.send(&render::refused_call(envelope.id, error));
+                return;
+            }
+        };
+        let call_id = match call.call_id() {
+            Some(id) if !id.is_empty() && id.len() <= MAX_ID_BYTES => id.to_owned(),
+            Some(_) => {
+                let why = format!("a callId is 1 to {MAX_ID_BYTES} bytes");
+                let error = ErrorBody::new(abp::INVALID_PARAMS, why, false);
+                self.out.send(&render::refused_call(envelope.id, error));
+                return;
+            }
+            // The agent's library MUST make one; a call without is still run, though nothing can cancel it.
+            None => uuid::Uuid::new_v4().to_string(),
+        };
+        if self.running.load(Ordering::Acquire) >= self.shared.max_calls_per_session {
+            let error = ErrorBody::new(
+                render::RATE_LIMITED,
+                "too many calls running in this session",
+                true,
+            );
+            self.out.send(&render::refused_call(envelope.id, error));
+            return;
+        }
+        let params = match call.params.as_ref().map(to_raw_value).transpose() {
+            Ok(params) => params,
+            Err(why) => {
+                let error = ErrorBody::new(abp::INVALID_PARAMS, why.to_string(), false);
+                self.out.send(&render::refused_call(envelope.id, error));
+                return;
+            }
+        };
+        let mut request = Request::from_parts(Some(Id::String(call_id)), call.capability, params);
+        if let Some(options) = &call.options {
+            if let Some(ms) = options.timeout {
+                request
+                    .extensions_mut()
+                    .insert(RequestedTimeout(Duration::from_millis(ms)));
+            }
+            if *progress {
+                request.extensions_mut().insert(DialectCallOptions {
+                    progress_token: options.progress_token.clone(),
+                });
+            }
+        }
+        connection.prepare(&mut request);
+        self.shared.counters.calls.fetch_add(1, Ordering::Relaxed);
+        // Called here, not on the task: the call is in the session's registry before the next envelope is read,
+        // so a cancel right behind it finds it.
+        let reply = call::start(self.shared.service.clone(), request);
+        let out = self.out.clone();
+        let guards = (
+            self.shared.running.enter(),
+            SessionCall::enter(&self.running),
+            self.alive.clone(),
+        );
+        let id = envelope.id;
+        tokio::spawn(async move {
+            let _guards = guards;
+            if let Some(reply) = reply.await {
+                let result = render::call_result(reply);
+                out.send(&Envelope::new(types::CALL_RESULT, id, result));
+            }
+        });
+    }
+
+    fn cancel(&mut self, envelope: Envelope) {
+        let cancel = match envelope.payload_as::<Cancel>() {
+            Ok(cancel) if cancel.call_id.len() <= MAX_ID_BYTES => cancel,
+            Ok(_) | Err(_) => {
+                let why = "a cancel's payload is {callId, reason?}, its callId at most 256 bytes";
+                self.bad(envelope.id, abp::INVALID_PARAMS, why);
+                return;
+            }
+        };
+        let State::Initialized { connection, .. } = &self.state else {
+            let refused =
+                render::refused_cancel(envelope.id, cancel.call_id, render::not_initialized());
+            self.out.send(&refused);
+            return;
+        };
+        let notice = CancelNotice {
+            id: Id::String(cancel.call_id),
+            reason: cancel.reason,
+        };
+        // See the module docs: the acknowledgment is queued before the cancelled call can queue its result.
+        let queue = self.out.lock();
+        let ack =
+            connection.acknowledge_cancel(&notice.id, CancelReason::peer(notice.reason.clone()));
+        let payload = Abp.acknowledge(&notice, ack);
+        let _ = queue.send(Envelope::new(types::CANCEL_RESULT, envelope.id, payload).to_text());
+        drop(queue);
+        self.shared.counters.cancels.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(call = %notice.id, ?ack, "ABP cancel acknowledged");
+    }
+
+    fn bad(&self, id: Option<String>, code: &str, why: &str) {
+        self.shared
+            .counters
+            .bad_envelopes
+            .fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(code, why, "ABP envelope refused");
+        self.out
+            .send(&render::error(id, ErrorBody::new(code, why, false)));
+    }
+
+    /// Stop the session's calls with `reason` (their results still go out), and let the tasks finish.
+    fn end(&mut self, reason: CancelReason) {
+        if let State::Initialized { connection, .. } = &self.state {
+            let cancelled = connection.close(reason.clone());
+            tracing::debug!(cancelled, ?reason, "ABP session ending");
+        }
+        self.alive = None;
+    }
+}
+
+/// One call of a session, counted until its task ends.
+struct SessionCall(Arc<AtomicUsize>);
+
+impl SessionCall {
+    fn enter(running: &Arc<AtomicUsize>) -> Self {
+        running.fetch_add(1, Ordering::AcqRel);
+        Self(running.clone())
+    }
+}
+
+impl Drop for SessionCall {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Write what the session queues, and the handlers' progress reports, until the session is over; then close.
+async fn write(
+    mut sink: SplitSink<WebSocket, WsMessage>,
+    mut queued: mpsc::UnboundedReceiver<String>,
+    mut progress: OutboxReceiver,
+) {
+    loop {
+        let text = tokio::select! {
+            // A report sent before its call's result is queued before it too: taken first, it goes out first.
+            biased;
+            Some(report) = progress.recv() => {
+                progress.written(&report);
+                match progress_envelope(&report) {
+                    Some(envelope) => envelope.to_text(),
+                    None => continue,
+                }
+            }
+            next = queued.recv() => match next {
+                Some(text) => text,
+                None => break,
+            },
+        };
+        if sink.send(WsMessage::Text(text.into())).await.is_err() {
+            return;
+        }
+    }
+    let _ = sink.send(WsMessage::Close(None)).await;
+    let _ = sink.close().await;
+}
+
+/// A handler's progress report, which the dialect rendered as a notification, as its envelope.
+fn progress_envelope(report: &[u8]) -> Option<Envelope> {
+    let Ok(Message::Request(notification)) = Message::from_slice(report) else {
+        return None;
+    };
+    let payload = notification.params_as::<serde_json::Value>().ok()?;
+    Some(Envelope::new(notification.method(), None, payload))
+}
