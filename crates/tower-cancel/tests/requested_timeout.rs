@@ -5,8 +5,12 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use tokio::time::Instant;
-use tower::{service_fn, ServiceBuilder, ServiceExt};
-use tower_cancel::{dialect::abp, timeout::RequestedTimeout, BoxError, CancelStack, Request};
+use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+use tower_cancel::{
+    dialect::abp,
+    timeout::{RequestedTimeout, TimeoutLayer},
+    BoxError, CancelStack, Request,
+};
 
 fn asking(ms: u64) -> Request {
     let mut request = Request::new("call-1", "hang", json!({}));
@@ -51,21 +55,17 @@ async fn a_requested_timeout_never_extends_the_servers_limit() {
 
 #[tokio::test(start_paused = true)]
 async fn a_transparent_layer_hands_the_ready_service_to_the_timed_request() {
-    // One permit below: the permit the layer's readiness took must go with the request. Were it left behind, the
-    // request would wait for a second permit until its own timeout.
-    let service = ServiceBuilder::new()
-        .layer(CancelStack::abp())
+    // One permit below, and the layer kept across calls as a server keeps it: the permit its readiness took must
+    // go with the request. Were it kept by the layer, the request would wait for a second permit until its own
+    // timeout.
+    let mut service = ServiceBuilder::new()
+        .layer(TimeoutLayer::none())
         .concurrency_limit(1)
         .service(service_fn(|_req: Request| async {
             Ok::<_, BoxError>(json!("done"))
         }));
     for _ in 0..3 {
-        let reply = service
-            .clone()
-            .oneshot(asking(1000))
-            .await
-            .unwrap()
-            .unwrap();
-        assert_eq!(reply.outcome, Ok(json!("done")));
+        let reply = service.ready().await.unwrap().call(asking(1000)).await;
+        assert_eq!(reply.unwrap(), json!("done"));
     }
 }
