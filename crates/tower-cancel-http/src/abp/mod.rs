@@ -6,12 +6,14 @@
 //!   Each WebSocket is one session and one scope: a call is a request keyed by its `callId`, its
 //!   `options.timeout` is the request's timeout, and a `capabilities/cancel` is answered with what the request's
 //!   lifecycle decided.
-//! - Agent side: `Agent` calls capabilities, generating a `callId` when none is given, and cancels a call when
+//! - Agent side: [`Agent`] calls capabilities, generating a `callId` when none is given, and cancels a call when
 //!   its future is dropped, its token is cancelled or its timeout passes, returning the acknowledgment.
 //!
 //! [`wire`] has the envelopes and payloads.
 
+mod agent;
 mod app;
 pub mod wire;
 
+pub use agent::*;
 pub use app::{AbpApp, AppStats, DEFAULT_MAX_CALLS_PER_SESSION, DEFAULT_MAX_MESSAGE_BYTES};
