@@ -10,10 +10,7 @@
 
 use std::{
     ops::ControlFlow,
-    sync::{
-        atomic::{AtomicUsize, Ordering},
-        Arc, Mutex,
-    },
+    sync::{atomic::Ordering, Arc, Mutex},
     time::Duration,
 };
 
@@ -37,7 +34,7 @@ use crate::{
         types, Call, Cancel, Envelope, ErrorBody, Features, Initialize, InitializeResult,
         MAX_ID_BYTES, PROTOCOL_VERSION,
     },
-    call::{self, RpcService},
+    call::{self, RpcService, Running},
 };
 
 /// The queue to the writer, behind the lock that orders acknowledgments before the results they cancel.
@@ -47,9 +44,10 @@ struct Out {
 
 impl Out {
     fn send(&self, envelope: &Envelope) {
-        let queue = self.lock();
+        // Serialized before the lock is taken: the lock only orders the queueing.
+        let text = envelope.to_text();
         // The writer is gone only when the agent is: nothing left to tell it.
-        let _ = queue.send(envelope.to_text());
+        let _ = self.lock().send(text);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, mpsc::UnboundedSender<String>> {
@@ -67,7 +65,7 @@ struct Session<S> {
     outbox: Outbox,
     state: State,
     // Calls of this session whose tasks have not ended (their result may still be on its way).
-    running: Arc<AtomicUsize>,
+    running: Running,
     // Each call's task holds a clone: once all are dropped, `ended` yields `None`.
     alive: Option<mpsc::Sender<()>>,
 }
@@ -95,7 +93,7 @@ pub(super) async fn run<S: RpcService>(socket: WebSocket, shared: Arc<Shared<S>>
         }),
         outbox,
         state: State::Uninitialized,
-        running: Arc::default(),
+        running: Running::default(),
         alive: Some(alive),
     };
     tracing::debug!("ABP session opened");
@@ -236,7 +234,7 @@ impl<S: RpcService> Session<S> {
             // The agent's library MUST make one; a call without is still run, though nothing can cancel it.
             None => uuid::Uuid::new_v4().to_string(),
         };
-        if self.running.load(Ordering::Acquire) >= self.shared.max_calls_per_session {
+        if self.running.get() >= self.shared.max_calls_per_session {
             let error = ErrorBody::new(
                 render::RATE_LIMITED,
                 "too many calls running in this session",
@@ -274,7 +272,7 @@ impl<S: RpcService> Session<S> {
         let out = self.out.clone();
         let guards = (
             self.shared.running.enter(),
-            SessionCall::enter(&self.running),
+            self.running.enter(),
             self.alive.clone(),
         );
         let id = envelope.id;
@@ -334,22 +332,6 @@ impl<S: RpcService> Session<S> {
             tracing::debug!(cancelled, ?reason, "ABP session ending");
         }
         self.alive = None;
-    }
-}
-
-/// One call of a session, counted until its task ends.
-struct SessionCall(Arc<AtomicUsize>);
-
-impl SessionCall {
-    fn enter(running: &Arc<AtomicUsize>) -> Self {
-        running.fetch_add(1, Ordering::AcqRel);
-        Self(running.clone())
-    }
-}
-
-impl Drop for SessionCall {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
