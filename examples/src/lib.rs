@@ -1,6 +1,7 @@
-//! Shared pieces of the example servers: the sleep handler's counters, the MCP tools, the RAP tool server,
-//! logging, flags.
+//! Shared pieces of the example servers: the sleep handler's counters, the MCP tools, the RAP tool server, the
+//! ABP app, logging, flags.
 
+pub mod abp;
 pub mod mcp;
 pub mod rap;
 

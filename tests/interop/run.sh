@@ -4,6 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 npm ci --no-audit --no-fund
-# Every *.test.mjs here: the stdio servers (lsp, acp*, mcp*) and the HTTP ones (mcp-http*, jsonrpc-http, rap), each
+# Every *.test.mjs here: the stdio servers (lsp, acp*, mcp*) and the HTTP ones (mcp-http*, jsonrpc-http, rap), the WebSocket one (abp), each
 # file in a process of its own, each server on a port of its own (127.0.0.1:0).
 node --test
