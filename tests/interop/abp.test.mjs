@@ -3,64 +3,24 @@
 // crypto.randomUUID(), and an AbortSignal that sends capabilities/cancel. Every payload the app sends is checked.
 import { describe, it, before, after, afterEach } from "node:test";
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
-import { createInterface } from "node:readline";
+import { spawnSync } from "node:child_process";
 import WebSocket from "ws";
-import { binPath, sleep, withTimeout } from "./helpers.mjs";
-import { pollUntil } from "./http.mjs";
+import { binPath, withTimeout } from "./helpers.mjs";
+import { pollUntil, spawnHttpServer } from "./http.mjs";
 
 const APP = {
   id: "tower-cancel-abp-example",
   name: "tower-cancel ABP example",
 };
 
-/**
- * Spawns abp_app on 127.0.0.1:0 (plus `args`) and waits for its one stdout line `listening on ws://ADDR/abp`.
- * stderr is logging only: it is kept (last 64 KiB) for diagnostics, or passed through with
- * INTEROP_SERVER_STDERR=inherit.
- */
+/** Spawns abp_app on 127.0.0.1:0 (plus `args`); its one stdout line must be `listening on ws://ADDR/abp`. */
 async function spawnAbpApp(args = []) {
-  const inherit = process.env.INTEROP_SERVER_STDERR === "inherit";
-  const child = spawn(binPath("abp_app"), ["--addr", "127.0.0.1:0", ...args], {
-    stdio: ["ignore", "pipe", inherit ? "inherit" : "pipe"],
-    env: { ...process.env },
-  });
-  let stderr = "";
-  child.stderr?.setEncoding("utf8");
-  child.stderr?.on("data", (d) => {
-    stderr = (stderr + d).slice(-65536);
-  });
-  const exited = new Promise((resolve) => child.once("exit", (code, signal) => resolve({ code, signal })));
-  const stdout = [];
-  const first = new Promise((resolve, reject) => {
-    createInterface({ input: child.stdout }).on("line", (line) => {
-      stdout.push(line);
-      if (stdout.length === 1) resolve(line);
-    });
-    exited.then(({ code, signal }) =>
-      reject(new Error(`abp_app exited before listening (code ${code}, signal ${signal}):\n${stderr}`)),
-    );
-  });
-  const line = await withTimeout(first, 10000, 'abp_app printed no "listening on" line');
-  const match = /^listening on (ws:\/\/127\.0\.0\.1:(\d+)\/abp)$/.exec(line);
-  if (!match || match[2] === "0") {
-    child.kill("SIGKILL");
-    throw new Error(`abp_app: unexpected first line ${JSON.stringify(line)}`);
+  const app = await spawnHttpServer("abp_app", args);
+  if (!/^ws:\/\/127\.0\.0\.1:\d+\/abp$/.test(app.url)) {
+    await app.stop();
+    throw new Error(`abp_app: unexpected URL ${JSON.stringify(app.url)}`);
   }
-  return {
-    url: match[1],
-    stdout,
-    stderr: () => stderr,
-    /** SIGTERM, then SIGKILL after `graceMs`. Resolves with how it exited. */
-    async stop(graceMs = 2000) {
-      if (child.exitCode === null && child.signalCode === null) {
-        child.kill("SIGTERM");
-        const res = await Promise.race([exited, sleep(graceMs).then(() => null)]);
-        if (!res) child.kill("SIGKILL");
-      }
-      return exited;
-    },
-  };
+  return app;
 }
 
 /**
@@ -474,5 +434,38 @@ describe("abp_app driven by a JavaScript agent over ws", () => {
       inFlight: 0,
     });
   });
-});
 
+  it("abp_agent --url drives it: the acknowledgment, the cancelled result, a timeout, stats, shutdown", async () => {
+    const watcher = await session();
+    const before = await watcher.stats();
+    const run = spawnSync(binPath("abp_agent"), ["--url", app.url], { encoding: "utf8", timeout: 30000 });
+    assert.equal(run.status, 0, `abp_agent failed: ${run.stderr}`);
+    const lines = run.stdout.trimEnd().split("\n");
+    assert.equal(lines.length, 6, run.stdout);
+    assert.match(lines[0], /^connected: session \S+ with tower-cancel-abp-example \S+ \(protocol 0\.1\), capabilities sleep, stats$/);
+    const [, ackId, ack] = /^cancelled sleep (\S+): acknowledgment (.*)$/.exec(lines[1]);
+    assert.deepEqual(JSON.parse(ack), { callId: ackId, cancelled: true });
+    const [, resultId, result] = /^cancelled sleep (\S+): result (.*)$/.exec(lines[2]);
+    assert.equal(resultId, ackId);
+    assert.deepEqual(JSON.parse(result), {
+      success: false,
+      cancelled: true,
+      error: { code: "CANCELLED", message: "Operation cancelled", retryable: false },
+    });
+    const [, timedOut] = /^timed-out sleep \S+: result (.*)$/.exec(lines[3]);
+    assert.deepEqual(JSON.parse(timedOut), {
+      success: false,
+      cancelled: true,
+      error: { code: "TIMEOUT", message: "Operation timed out", retryable: true },
+    });
+    assert.match(lines[4], /^stats: \{.*\}$/);
+    assert.equal(lines[5], "shut down");
+    // Both sleeps were stopped on the app, nothing left running.
+    assert.deepEqual(await watcher.stats(), {
+      started: before.started + 2,
+      completed: before.completed,
+      cancelled: before.cancelled + 2,
+      inFlight: 0,
+    });
+  });
+});

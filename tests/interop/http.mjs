@@ -1,4 +1,5 @@
-// Helpers for the tests of the HTTP example servers (mcp_http_server, jsonrpc_http_server, rap_tool_server):
+// Helpers for the tests of the HTTP example servers (mcp_http_server, jsonrpc_http_server, rap_tool_server, and
+// abp_app, whose WebSocket starts as an HTTP upgrade):
 // spawn one on a free port and learn its URL, and a fetch that records every exchange on the
 // wire (what was POSTed, what came back, and how the response body ended).
 import { spawn } from "node:child_process";
@@ -7,8 +8,8 @@ import { binPath, sleep, withTimeout } from "./helpers.mjs";
 
 /**
  * Spawns an HTTP example server with `--addr 127.0.0.1:0` (plus `args`) and waits for its one
- * stdout line `listening on <url>` (an endpoint's URL, or a base URL without a path, as
- * rap_tool_server prints). stderr is logging only: it is kept (last 64 KiB) for
+ * stdout line `listening on <url>` (an endpoint's URL, `http://` or `ws://`, or a base URL
+ * without a path, as rap_tool_server prints). stderr is logging only: it is kept (last 64 KiB) for
  * diagnostics, or passed through when INTEROP_SERVER_STDERR=inherit.
  */
 export async function spawnHttpServer(name, args = []) {
@@ -37,7 +38,7 @@ export async function spawnHttpServer(name, args = []) {
     );
   });
   const line = await withTimeout(first, 10000, `${name} printed no "listening on" line`);
-  const match = /^listening on (http:\/\/127\.0\.0\.1:(\d+)(?:\/\S+)?)$/.exec(line);
+  const match = /^listening on ((?:http|ws):\/\/127\.0\.0\.1:(\d+)(?:\/\S+)?)$/.exec(line);
   if (!match || match[2] === "0") {
     child.kill("SIGKILL");
     throw new Error(`${name}: unexpected first line ${JSON.stringify(line)}`);
