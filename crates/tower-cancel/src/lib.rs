@@ -86,6 +86,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod bus;
 pub mod cancel;
 pub mod cascade;
 mod context;

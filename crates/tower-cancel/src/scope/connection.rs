@@ -126,11 +126,11 @@ impl Connection {
 
     /// A peer's cancel message: cancel this connection's request `id`, or remember the cancel for it. On an
     /// [exchange](Scope::exchange) the cancel reaches the request `id` of the whole scope instead.
+    ///
+    /// On an exchange of a scope attached to a replica ([`Replica::scope`](crate::bus::Replica::scope)), a cancel
+    /// that finds nothing in flight here is also published to the other replicas.
     pub fn cancel(&self, id: &Id, reason: CancelReason) -> CancelOutcome {
-        self.inner
-            .scope
-            .registry()
-            .cancel_in(self.inner.cancels, id, reason)
+        self.inner.scope.cancel_in(self.inner.cancels, id, reason)
     }
 
     /// A peer's cancel message that its dialect answers (ABP's `capabilities/cancel`): cancel this connection's

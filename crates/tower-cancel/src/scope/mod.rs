@@ -76,6 +76,7 @@ pub use self::{
     session::SessionState,
 };
 use crate::{
+    bus::Attachment,
     context::CancelReason,
     dialect::Dialect,
     message::Id,
@@ -83,6 +84,7 @@ use crate::{
     peer::PeerDialect,
     registry::{
         CancelAck, CancelOutcome, Registry, DEFAULT_FINISHED_BYTES, DEFAULT_FINISHED_CAPACITY,
+        WHOLE_SCOPE,
     },
 };
 pub(crate) use connection::{Cancels, Registration};
@@ -93,6 +95,8 @@ pub(crate) use connection::{Cancels, Registration};
 pub struct Scope {
     registry: Registry,
     dialect: Option<Arc<dyn PeerDialect>>,
+    // Set when the scope is attached to a replica of a cancel bus: its cancels that miss go to the other replicas.
+    remote: Option<Arc<Attachment>>,
 }
 
 impl Scope {
@@ -115,6 +119,7 @@ impl Scope {
         Self {
             registry,
             dialect: Some(Arc::new(dialect)),
+            remote: None,
         }
     }
 
@@ -146,8 +151,29 @@ impl Scope {
 
     /// Cancel every request `id` in flight in the scope, on any connection, or remember the cancel for the
     /// scope (see [Sharing a scope](self#sharing-a-scope)).
+    ///
+    /// In a scope attached to a replica ([`Replica::scope`](crate::bus::Replica::scope)), a cancel that finds
+    /// nothing in flight here is also published to the other replicas.
     pub fn cancel(&self, id: &Id, reason: CancelReason) -> CancelOutcome {
-        self.registry.cancel(id, reason)
+        self.cancel_in(WHOLE_SCOPE, id, reason)
+    }
+
+    /// Cancel the request `id` of connection `conn` (of any, for [`WHOLE_SCOPE`]); a whole-scope cancel that
+    /// finds nothing in flight is published when the scope is attached to a replica. A connection's own ids never
+    /// are: no other replica can hold them.
+    pub(crate) fn cancel_in(&self, conn: u64, id: &Id, reason: CancelReason) -> CancelOutcome {
+        let Some(remote) = self.remote.as_ref().filter(|_| conn == WHOLE_SCOPE) else {
+            return self.registry.cancel_in(conn, id, reason);
+        };
+        let outcome = self.registry.cancel_in(conn, id, reason.clone());
+        if outcome == CancelOutcome::Remembered {
+            remote.publish(id, &reason);
+        }
+        outcome
+    }
+
+    pub(crate) fn attach(&mut self, remote: Arc<Attachment>) {
+        self.remote = Some(remote);
     }
 
     /// Cancel every request `id` in flight in the scope and say what the cancel did (see [`CancelAck`]).
@@ -175,6 +201,7 @@ impl fmt::Debug for Scope {
         f.debug_struct("Scope")
             .field("dialect", &self.dialect.as_ref().map(|d| d.name()))
             .field("registry", &self.registry)
+            .field("remote", &self.remote)
             .finish()
     }
 }

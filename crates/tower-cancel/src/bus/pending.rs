@@ -1,0 +1,228 @@
+//! Remote cancels for scopes this replica has not made yet, kept until one is made under their key.
+
+use std::collections::{HashMap, VecDeque};
+
+use super::RemoteCancel;
+
+/// How many remote cancels a replica keeps for scopes it does not have, over all keys.
+pub const PENDING_CAPACITY: usize = 4096;
+
+/// How many bytes those may hold in all: their heap bytes (ids, keys, reasons) and 160 more each.
+pub const PENDING_BYTES: usize = 1024 * 1024;
+
+/// How many of them one key may hold: a flood of cancels for one scope cannot push out the others'.
+pub const PENDING_PER_SCOPE: usize = 256;
+
+/// What an entry costs besides its heap bytes: the cancel itself, its place in the order and in the map.
+const ENTRY_OVERHEAD: usize = 160;
+
+/// The window, oldest forgotten first. Each key's cancels are in arrival order; `order` lists every entry by a
+/// sequence number so the oldest overall is found in O(1) (entries already taken are skipped when met).
+#[derive(Debug)]
+pub(super) struct Pending {
+    by_scope: HashMap<String, VecDeque<(u64, RemoteCancel)>>,
+    order: VecDeque<(u64, String)>,
+    next_seq: u64,
+    len: usize,
+    bytes: usize,
+    max_entries: usize,
+    max_bytes: usize,
+    max_per_scope: usize,
+}
+
+impl Pending {
+    pub(super) fn new(max_entries: usize, max_bytes: usize, max_per_scope: usize) -> Self {
+        Self {
+            by_scope: HashMap::new(),
+            order: VecDeque::new(),
+            next_seq: 0,
+            len: 0,
+            bytes: 0,
+            max_entries,
+            max_bytes,
+            max_per_scope,
+        }
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Keep `cancel`. Returns how many older cancels were forgotten to make room (its key's oldest first when the
+    /// key is at its own bound), or `None` if it is not kept at all (larger than the whole budget, or the window
+    /// is off).
+    pub(super) fn keep(&mut self, cancel: RemoteCancel) -> Option<u64> {
+        let cost = cancel.heap_bytes() + ENTRY_OVERHEAD;
+        if self.max_entries == 0 || self.max_per_scope == 0 || cost > self.max_bytes {
+            return None;
+        }
+        let mut dropped = 0;
+        if self
+            .by_scope
+            .get(&cancel.scope)
+            .is_some_and(|own| own.len() >= self.max_per_scope)
+        {
+            self.forget_oldest_of(&cancel.scope);
+            dropped += 1;
+        }
+        while self.len >= self.max_entries || self.bytes + cost > self.max_bytes {
+            self.forget_oldest();
+            dropped += 1;
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.order.push_back((seq, cancel.scope.clone()));
+        self.by_scope
+            .entry(cancel.scope.clone())
+            .or_default()
+            .push_back((seq, cancel));
+        self.len += 1;
+        self.bytes += cost;
+        self.compact();
+        Some(dropped)
+    }
+
+    /// Every cancel kept for `scope`, oldest first; the window forgets them.
+    pub(super) fn take(&mut self, scope: &str) -> Vec<RemoteCancel> {
+        let Some(own) = self.by_scope.remove(scope) else {
+            return Vec::new();
+        };
+        self.len -= own.len();
+        own.into_iter()
+            .map(|(_, cancel)| {
+                self.bytes -= cancel.heap_bytes() + ENTRY_OVERHEAD;
+                cancel
+            })
+            .collect()
+    }
+
+    fn forget_oldest(&mut self) {
+        while let Some((seq, scope)) = self.order.pop_front() {
+            let Some(own) = self.by_scope.get_mut(&scope) else {
+                continue;
+            };
+            // The key's oldest entry is the oldest overall only if it is this one; otherwise this one was taken.
+            if own.front().is_some_and(|(first, _)| *first == seq) {
+                self.forget_oldest_of(&scope);
+                return;
+            }
+        }
+    }
+
+    fn forget_oldest_of(&mut self, scope: &str) {
+        let Some(own) = self.by_scope.get_mut(scope) else {
+            return;
+        };
+        if let Some((_, cancel)) = own.pop_front() {
+            self.len -= 1;
+            self.bytes -= cancel.heap_bytes() + ENTRY_OVERHEAD;
+        }
+        if own.is_empty() {
+            self.by_scope.remove(scope);
+        }
+    }
+
+    /// `order` keeps entries that were taken or forgotten per key until they reach its front: rebuild it when it
+    /// holds many more of those than live entries, so it stays within a constant factor of the window.
+    fn compact(&mut self) {
+        if self.order.len() > 2 * self.len + 64 {
+            let mut live: Vec<(u64, String)> = self
+                .by_scope
+                .iter()
+                .flat_map(|(scope, own)| own.iter().map(move |(seq, _)| (*seq, scope.clone())))
+                .collect();
+            live.sort_unstable_by_key(|(seq, _)| *seq);
+            self.order = live.into();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{context::CancelReason, message::Id};
+
+    fn cancel(scope: &str, id: i64) -> RemoteCancel {
+        RemoteCancel::new(scope, Id::Number(id), CancelReason::peer(None), "b")
+    }
+
+    fn ids(cancels: Vec<RemoteCancel>) -> Vec<Id> {
+        cancels.into_iter().map(|c| c.id).collect()
+    }
+
+    #[test]
+    fn a_key_gets_its_cancels_back_in_order_and_the_window_forgets_them() {
+        let mut pending = Pending::new(16, PENDING_BYTES, 16);
+        pending.keep(cancel("s", 1));
+        pending.keep(cancel("t", 2));
+        pending.keep(cancel("s", 3));
+        assert_eq!(ids(pending.take("s")), vec![Id::Number(1), Id::Number(3)]);
+        assert_eq!(pending.len(), 1);
+        assert!(pending.take("s").is_empty());
+        assert_eq!(ids(pending.take("t")), vec![Id::Number(2)]);
+        assert_eq!((pending.len(), pending.bytes), (0, 0));
+    }
+
+    #[test]
+    fn the_oldest_overall_is_forgotten_first_when_full() {
+        let mut pending = Pending::new(3, PENDING_BYTES, 3);
+        for (scope, id) in [("s", 1), ("t", 2), ("s", 3)] {
+            assert_eq!(pending.keep(cancel(scope, id)), Some(0));
+        }
+        assert_eq!(pending.keep(cancel("u", 4)), Some(1));
+        assert_eq!(ids(pending.take("s")), vec![Id::Number(3)]);
+        assert_eq!(ids(pending.take("t")), vec![Id::Number(2)]);
+        assert_eq!(ids(pending.take("u")), vec![Id::Number(4)]);
+    }
+
+    #[test]
+    fn one_key_cannot_push_out_the_others() {
+        let mut pending = Pending::new(100, PENDING_BYTES, 2);
+        pending.keep(cancel("quiet", 1));
+        for id in 0..50 {
+            pending.keep(cancel("flood", id));
+        }
+        assert_eq!(pending.len(), 3);
+        assert_eq!(ids(pending.take("quiet")), vec![Id::Number(1)]);
+        assert_eq!(
+            ids(pending.take("flood")),
+            vec![Id::Number(48), Id::Number(49)]
+        );
+    }
+
+    #[test]
+    fn bytes_are_bounded_and_a_huge_cancel_is_not_kept() {
+        // Each of these costs its key (1 byte), its id (2) and the overhead: three fit.
+        let budget = 3 * (ENTRY_OVERHEAD + 3);
+        let mut pending = Pending::new(100, budget, 100);
+        for id in 0..10 {
+            let id = Id::String(format!("{id:02}"));
+            pending.keep(RemoteCancel::new("s", id, CancelReason::Timeout, ""));
+        }
+        assert_eq!((pending.len(), pending.bytes), (3, budget));
+        let huge = Id::String("x".repeat(budget));
+        assert_eq!(
+            pending.keep(RemoteCancel::new("s", huge, CancelReason::Timeout, "")),
+            None
+        );
+        assert_eq!(
+            ids(pending.take("s")),
+            vec![
+                Id::String("07".into()),
+                Id::String("08".into()),
+                Id::String("09".into())
+            ]
+        );
+    }
+
+    #[test]
+    fn the_order_queue_stays_bounded_when_keys_are_taken() {
+        let mut pending = Pending::new(8, PENDING_BYTES, 8);
+        for round in 0..10_000 {
+            pending.keep(cancel(&format!("k{round}"), round));
+            pending.take(&format!("k{round}"));
+        }
+        assert_eq!(pending.len(), 0);
+        assert!(pending.order.len() <= 64 + 1);
+    }
+}
