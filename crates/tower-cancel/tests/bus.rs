@@ -38,7 +38,10 @@ async fn run(connection: &Connection, json: &str) -> tokio::task::JoinHandle<Opt
     tokio::task::yield_now().await;
     tokio::spawn(async move {
         let reply = tokio::time::timeout(Duration::from_secs(10), reply).await;
-        reply.expect("the request was not stopped").unwrap().unwrap()
+        reply
+            .expect("the request was not stopped")
+            .unwrap()
+            .unwrap()
     })
 }
 
