@@ -26,6 +26,8 @@
 mod bus;
 mod config;
 mod entry;
+#[cfg(feature = "test-support")]
+pub mod testing;
 
 pub use self::{
     bus::{BusStats, RedisBus},

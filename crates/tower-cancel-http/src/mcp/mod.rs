@@ -88,7 +88,8 @@ use axum::{
 };
 use http::{header, request::Parts, HeaderMap, HeaderValue, Method, StatusCode};
 use tower_cancel::{
-    dialect::Mcp, scope::Incoming, ErrorObject, Message, Outbox, Request, Response, Scope,
+    bus::Replica, dialect::Mcp, scope::Incoming, ErrorObject, Message, Outbox, Request, Response,
+    Scope,
 };
 use tower_service::Service;
 
@@ -129,6 +130,8 @@ pub struct McpHttp<S> {
 struct Config {
     running: Running,
     sessions: Sessions,
+    // Set when the server is one replica of several: its sessions' cancels that miss go to the others.
+    replica: Option<Replica>,
     origins: Origins,
     cancel_in_sessions: bool,
     keep_alive: Duration,
@@ -144,6 +147,7 @@ impl<S> McpHttp<S> {
             config: Arc::new(Config {
                 running: Running::default(),
                 sessions: Sessions::new(DEFAULT_SESSION_IDLE, DEFAULT_MAX_SESSIONS),
+                replica: None,
                 origins: Origins::default(),
                 cancel_in_sessions: false,
                 keep_alive: DEFAULT_KEEP_ALIVE,
@@ -181,6 +185,18 @@ impl<S> McpHttp<S> {
     /// How long a session with no request is kept, and how many sessions are kept at most.
     pub fn session_limits(mut self, idle: Duration, max_sessions: usize) -> Self {
         self.config_mut().sessions = Sessions::new(idle, max_sessions);
+        self
+    }
+
+    /// Run as one replica of several behind a load balancer, sharing `replica`'s bus (over Redis:
+    /// `tower-cancel-redis`). In the session revision, a session lives on the replica that minted it, and its
+    /// requests must be routed there (affinity by `Mcp-Session-Id`); its `notifications/cancelled` may land on
+    /// any replica: one that does not hold the session hands the cancel to the others (202), and the replica
+    /// running the request stops it as if the cancel had been POSTed to it. Any other POST naming a session this
+    /// replica does not hold gets 404, as without replicas. Each session's scope is attached under the key
+    /// `mcp:session:<id>`. The stateless revision needs nothing: there, closing the stream is the cancel.
+    pub fn replica(mut self, replica: Replica) -> Self {
+        self.config_mut().replica = Some(replica);
         self
     }
 
@@ -395,6 +411,11 @@ impl<S: RpcService> Endpoint<S> {
             ),
             Some(session_id) => {
                 let Some(session) = self.config.sessions.get(&session_id) else {
+                    if let Some(replica) = self.config.replica.clone() {
+                        if is_cancel(&message) {
+                            return self.cancel_elsewhere(&replica, &session_id, message).await;
+                        }
+                    }
                     return session_not_found(id);
                 };
                 let session = Arc::new(session);
@@ -433,9 +454,28 @@ impl<S: RpcService> Endpoint<S> {
         }
     }
 
+    /// A cancel POSTed for a session another replica holds: it goes through the stack on an exchange of a scope
+    /// attached under the session's key for this one message, where it finds nothing in flight, so the scope
+    /// publishes it. Answered 202, as a cancel in a session is.
+    async fn cancel_elsewhere(
+        self,
+        replica: &Replica,
+        session_id: &str,
+        message: Message,
+    ) -> HttpResponse {
+        let scope = replica.scope(session::replica_key(session_id), Scope::with_dialect(Mcp));
+        let exchange = scope.exchange(Outbox::closed());
+        if let Incoming::Request(request) = exchange.receive(message) {
+            let hold = self.config.running.enter();
+            call::reply(call::spawn(self.service.clone(), request, hold)).await;
+        }
+        tracing::debug!(session = %session_id, "cancel for a session of another replica: handed to the bus");
+        StatusCode::ACCEPTED.into_response()
+    }
+
     /// An `initialize` without a session: a session is opened for it, and kept if it succeeds.
     async fn initialize(self, parts: Parts, message: Message) -> HttpResponse {
-        let Ok(session) = self.config.sessions.open() else {
+        let Ok(session) = self.config.sessions.open(self.config.replica.as_ref()) else {
             tracing::warn!("too many sessions: initialize refused");
             return (StatusCode::SERVICE_UNAVAILABLE, "too many sessions").into_response();
         };
@@ -541,6 +581,11 @@ fn message_id(message: &Message) -> Option<tower_cancel::Id> {
         Message::Request(request) => request.id().cloned(),
         Message::Response(_) => None,
     }
+}
+
+/// Whether `message` is MCP's cancel notification (the only one a replica forwards for a session it lacks).
+fn is_cancel(message: &Message) -> bool {
+    matches!(message, Message::Request(r) if r.id().is_none() && r.method() == "notifications/cancelled")
 }
 
 fn session_not_found(id: Option<tower_cancel::Id>) -> HttpResponse {

@@ -2,7 +2,7 @@
 
 use std::{fmt::Write, time::Duration};
 
-use tower_cancel::{dialect::Mcp, Scope};
+use tower_cancel::{bus::Replica, dialect::Mcp, Scope};
 
 use crate::scopes::{Full, Lease, Scoped, Scopes};
 
@@ -33,12 +33,15 @@ impl Sessions {
         }
     }
 
-    /// A new session under a fresh random id.
-    pub(crate) fn open(&self) -> Result<SessionLease, Full> {
-        let session = Session {
-            scope: Scope::with_dialect(Mcp),
+    /// A new session under a fresh random id; its scope attached to `replica` when the server is one of several.
+    pub(crate) fn open(&self, replica: Option<&Replica>) -> Result<SessionLease, Full> {
+        let id = mint();
+        let scope = Scope::with_dialect(Mcp);
+        let scope = match replica {
+            Some(replica) => replica.scope(replica_key(&id), scope),
+            None => scope,
         };
-        self.table.insert(mint(), session)
+        self.table.insert(id, Session { scope })
     }
 
     pub(crate) fn get(&self, id: &str) -> Option<SessionLease> {
@@ -53,6 +56,11 @@ impl Sessions {
     pub(crate) fn len(&self) -> usize {
         self.table.len()
     }
+}
+
+/// The key of session `id`'s scope on every replica.
+pub(crate) fn replica_key(id: &str) -> String {
+    format!("mcp:session:{id}")
 }
 
 /// 128 bits from the operating system's generator, as 32 hex digits (visible ASCII, as the revision asks).

@@ -98,8 +98,9 @@ pub(super) async fn invoke<S: RpcService>(
     }
     let thread = match config
         .threads
-        .lease_or_insert(invocation.group_id.as_str().into(), Thread::default)
-    {
+        .lease_or_insert(invocation.group_id.as_str().into(), || {
+            Thread::new(&invocation.group_id, config.replica.as_ref())
+        }) {
         Ok(thread) => thread,
         Err(_full) => {
             return refuse(

@@ -27,7 +27,7 @@ use axum::{
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use http::StatusCode;
 use tower::Layer;
-use tower_cancel::CancelReason;
+use tower_cancel::{bus::Replica, CancelReason};
 use tower_service::Service;
 
 use self::{deliver::Delivery, threads::Thread};
@@ -126,6 +126,8 @@ struct Config {
     operations: HashSet<String>,
     invoke_path: String,
     threads: Scopes<Arc<str>, Thread>,
+    // Set when the server is one replica of several: its threads' cancels that miss go to the others.
+    replica: Option<Replica>,
     running: Running,
     delivery: Delivery,
     max_body_bytes: usize,
@@ -154,6 +156,7 @@ impl<S> ToolServer<S> {
                 invoke_path,
                 threads: Scopes::new(DEFAULT_THREAD_LINGER, DEFAULT_MAX_THREADS)
                     .evict_idle_when_full(),
+                replica: None,
                 running: Running::default(),
                 delivery: Delivery {
                     client: callback_client(),
@@ -190,6 +193,16 @@ impl<S> ToolServer<S> {
     /// of a new thread gets 503.
     pub fn thread_limits(mut self, linger: Duration, max_threads: usize) -> Self {
         self.config_mut().threads = Scopes::new(linger, max_threads).evict_idle_when_full();
+        self
+    }
+
+    /// Run as one replica of several behind a load balancer, sharing `replica`'s bus (over Redis:
+    /// `tower-cancel-redis`): a `/cancel_tool_call` that lands on this replica while the call runs on another
+    /// reaches it there (the runtime POSTs its cancel to a base URL, not to the replica that took the invocation).
+    /// A thread's scope is attached under the key `rap:thread:<thread_id>` on every replica. `/close_thread` and
+    /// `/tool_call_status` stay local: they answer for this replica's calls only.
+    pub fn replica(mut self, replica: Replica) -> Self {
+        self.config_mut().replica = Some(replica);
         self
     }
 

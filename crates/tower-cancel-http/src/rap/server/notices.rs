@@ -50,8 +50,9 @@ pub(super) async fn cancel_tool_call<S>(
     // table and each scope's memory of early cancels are bounded.
     match config
         .threads
-        .lease_or_insert(notice.thread_id.as_str().into(), Thread::default)
-    {
+        .lease_or_insert(notice.thread_id.as_str().into(), || {
+            Thread::new(&notice.thread_id, config.replica.as_ref())
+        }) {
         Ok(thread) => {
             // A result on its way stops too (the handler's entry is gone by then).
             thread.cancel(&notice.tool_call_id);

@@ -7,7 +7,7 @@ use std::{
 };
 
 use tokio_util::sync::CancellationToken;
-use tower_cancel::{Registry, Scope};
+use tower_cancel::{bus::Replica, Registry, Scope};
 
 use crate::{
     call::RunningGuard,
@@ -28,13 +28,19 @@ pub(super) struct Thread {
     calls: Mutex<HashMap<Arc<str>, CancellationToken>>,
 }
 
-impl Default for Thread {
-    fn default() -> Self {
+impl Thread {
+    /// The thread `id`; its scope attached to `replica` when the server is one of several.
+    pub(super) fn new(id: &str, replica: Option<&Replica>) -> Self {
+        let scope = Scope::new().with_registry(Registry::with_early_cancel_limits(
+            EARLY_CANCELS_PER_THREAD,
+            EARLY_CANCEL_BYTES_PER_THREAD,
+        ));
+        let scope = match replica {
+            Some(replica) => replica.scope(format!("rap:thread:{id}"), scope),
+            None => scope,
+        };
         Self {
-            scope: Scope::new().with_registry(Registry::with_early_cancel_limits(
-                EARLY_CANCELS_PER_THREAD,
-                EARLY_CANCEL_BYTES_PER_THREAD,
-            )),
+            scope,
             calls: Mutex::default(),
         }
     }
