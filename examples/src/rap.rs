@@ -29,7 +29,7 @@
 use axum::Router;
 use serde_json::{json, Value};
 use tower::{service_fn, Layer, ServiceBuilder};
-use tower_cancel::{CancelStack, ErrorObject, Request, TimeoutLayer};
+use tower_cancel::{bus::Replica, CancelStack, ErrorObject, Request, TimeoutLayer};
 use tower_cancel_http::{
     auth::require_bearer,
     rap::{Rap, ToolDef, ToolServer, Tools},
@@ -58,6 +58,12 @@ impl Server {
     /// `{base}/invoke` as its endpoint. `timeouts` stop a call that runs too long (the runtime then gets an
     /// error result).
     pub fn new(base: &str, timeouts: TimeoutLayer) -> Self {
+        Self::replica_of(base, timeouts, None)
+    }
+
+    /// The same server as one replica of several sharing `replica`'s bus: a cancel POSTed to another replica
+    /// reaches the calls running on this one (see `ToolServer::replica`).
+    pub fn replica_of(base: &str, timeouts: TimeoutLayer, replica: Option<Replica>) -> Self {
         let stats = SleepStats::default();
         // The tools are built before the server whose `in_flight` their `stats` reads; it is given to them
         // once it exists.
@@ -72,6 +78,10 @@ impl Server {
             .layer(CancelStack::new(Rap).timeouts(timeouts))
             .service(tools);
         let tool_server = ToolServer::new(toolset, stack);
+        let tool_server = match replica {
+            Some(replica) => tool_server.replica(replica),
+            None => tool_server,
+        };
         in_flight.set_endpoint({
             let tool_server = tool_server.clone();
             move || tool_server.in_flight()
