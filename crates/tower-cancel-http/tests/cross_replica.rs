@@ -1,17 +1,20 @@
 //! Two replicas of a server sharing one real Redis (a private `redis-server`): the request runs on A, its cancel
-//! is POSTed to B. RAP (the runtime POSTs its cancel to a base URL) and MCP's session revision (a session's
-//! requests go to the replica that holds it; its cancel may land anywhere).
+//! is POSTed to B. RAP (the runtime POSTs its cancel to a base URL), MCP's session revision (a session's
+//! requests go to the replica that holds it; its cancel may land anywhere), and a JSON-RPC principal's scope.
 
 mod support;
 
 use std::net::SocketAddr;
 
-use axum::{routing::any_service, Router};
+use axum::{
+    routing::{any_service, post_service},
+    Router,
+};
 use serde_json::{json, Value};
 use support::{eventually, mcp_handle, rap::Harness, serve, Probe};
-use tower::{service_fn, ServiceBuilder};
+use tower::{service_fn, util::MapRequestLayer, ServiceBuilder};
 use tower_cancel::{bus::Replica, CancelStack};
-use tower_cancel_http::{rap::Rap, McpHttp};
+use tower_cancel_http::{rap::Rap, JsonRpc, McpHttp, RpcService};
 use tower_cancel_redis::{testing::RedisServer, Config, RedisBus};
 
 /// Replicas `a` and `b` of one deployment on `redis`.
@@ -87,7 +90,7 @@ async fn rap_a_cancel_that_overtakes_its_invocation_across_replicas_keeps_the_ca
     );
 }
 
-fn mcp_server(probe: &Probe, replica: &Replica) -> McpHttp<impl tower_cancel_http::RpcService> {
+fn mcp_server(probe: &Probe, replica: &Replica) -> McpHttp<impl RpcService> {
     let probe = probe.clone();
     let stack = ServiceBuilder::new()
         .layer(CancelStack::mcp())
@@ -156,5 +159,74 @@ async fn mcp_a_sessions_cancel_posted_to_another_replica_stops_its_request_there
     let list = json!({"jsonrpc":"2.0","id":8,"method":"tools/list"});
     assert_eq!(post(b, &in_session, list).await.status(), 404);
     assert_eq!((server_b.sessions(), server_b.in_flight()), (0, 0));
+    assert!(probe_b.ends().is_empty());
+}
+
+/// The principal an auth layer would put in the request's extensions; every request here is Alice's.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+struct Principal(&'static str);
+
+impl std::fmt::Display for Principal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0)
+    }
+}
+
+async fn jsonrpc_replica(
+    probe: &Probe,
+    replica: &Replica,
+) -> (SocketAddr, JsonRpc<impl RpcService>) {
+    let probe = probe.clone();
+    let stack = ServiceBuilder::new()
+        .layer(CancelStack::lsp())
+        .service(service_fn(move |req| support::handle(probe.clone(), req)));
+    let rpc = JsonRpc::new(stack).scope_by_principal_on::<Principal>(replica.clone());
+    let as_alice = MapRequestLayer::new(|mut request: http::Request<axum::body::Body>| {
+        request.extensions_mut().insert(Principal("alice"));
+        request
+    });
+    let app = Router::new().route("/rpc", post_service(rpc.clone()).layer(as_alice));
+    (serve(app).await, rpc)
+}
+
+async fn post_rpc(addr: SocketAddr, body: &str) -> (u16, String) {
+    let response = reqwest::Client::new()
+        .post(format!("http://{addr}/rpc"))
+        .header("content-type", "application/json")
+        .body(body.to_owned())
+        .send()
+        .await
+        .unwrap();
+    (response.status().as_u16(), response.text().await.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jsonrpc_a_principals_cancel_posted_to_another_replica_stops_its_request_there() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let (bus_a, bus_b) = buses(&redis, "jsonrpc").await;
+    let (probe_a, probe_b) = (Probe::default(), Probe::default());
+    let (a, rpc_a) = jsonrpc_replica(&probe_a, bus_a.replica()).await;
+    let (b, rpc_b) = jsonrpc_replica(&probe_b, bus_b.replica()).await;
+
+    let sleep = r#"{"jsonrpc":"2.0","id":1,"method":"demo/sleep","params":{"ms":60000}}"#;
+    let running = tokio::spawn(async move { post_rpc(a, sleep).await });
+    probe_a.started(1).await;
+    let cancel = r#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":1}}"#;
+    assert_eq!(post_rpc(b, cancel).await, (204, String::new()));
+
+    let (status, body) = running.await.unwrap();
+    assert_eq!(status, 200);
+    let reply: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        reply,
+        json!({"jsonrpc":"2.0","id":1,"error":{"code":-32800,"message":"Request cancelled"}})
+    );
+    assert_eq!(
+        probe_a.ended(1).await,
+        [("1".to_owned(), "peer".to_owned())]
+    );
+    assert_eq!((rpc_a.in_flight(), rpc_b.in_flight()), (0, 0));
     assert!(probe_b.ends().is_empty());
 }

@@ -67,7 +67,7 @@ use axum::{
     response::{IntoResponse, Response as HttpResponse},
 };
 use http::{header, HeaderValue, Method, StatusCode};
-use tower_cancel::{scope::Incoming, Outbox, Response, Scope};
+use tower_cancel::{bus::Replica, scope::Incoming, Outbox, Response, Scope};
 use tower_service::Service;
 
 use self::principal::{PrincipalScopes, Principals};
@@ -141,6 +141,22 @@ impl<S> JsonRpc<S> {
     {
         self.config_mut().principals =
             Some(Box::new(PrincipalScopes::<P>::new(linger, max_principals)));
+        self
+    }
+
+    /// [`scope_by_principal`](Self::scope_by_principal) as one replica of several sharing `replica`'s bus (over
+    /// Redis: `tower-cancel-redis`): each principal's scope is attached under the key
+    /// `jsonrpc:principal:<principal>` (its `Display`), so a cancel a principal POSTs to this replica for a request
+    /// running on another reaches it there. The principal is named as the canceller.
+    pub fn scope_by_principal_on<P>(mut self, replica: Replica) -> Self
+    where
+        P: Clone + Eq + std::hash::Hash + std::fmt::Display + Send + Sync + 'static,
+    {
+        self.config_mut().principals = Some(Box::new(PrincipalScopes::<P>::on_replica(
+            DEFAULT_PRINCIPAL_LINGER,
+            100_000,
+            replica,
+        )));
         self
     }
 
