@@ -217,6 +217,10 @@ impl RequestContext {
         self.peer = Some(peer);
     }
 
+    pub(crate) fn lifecycle(&self) -> &Arc<Lifecycle> {
+        &self.lifecycle
+    }
+
     pub(crate) fn progress_format(&self) -> Option<&Arc<dyn ProgressFormat>> {
         self.progress.as_ref()
     }

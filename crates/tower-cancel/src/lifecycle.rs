@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     context::CancelReason,
-    loom::{fence, AtomicU8, AtomicWaker, OnceLock},
+    loom::{fence, AtomicU8, AtomicWaker, OnceBox, OnceLock},
     message::Id,
     timeout::Deadline,
 };
@@ -30,6 +30,9 @@ const CANCELLED: u8 = 2;
 const UNCANCELLABLE: u8 = 3;
 
 /// The state one request shares between its future, its registry entry and its context.
+///
+/// It is allocated for every request and lives as long as the request is in flight, so it keeps inline only
+/// what every request uses (72 bytes); the rest is in [`Rare`], made the first time a request needs any of it.
 #[derive(Debug)]
 pub(crate) struct Lifecycle {
     id: Id,
@@ -37,18 +40,30 @@ pub(crate) struct Lifecycle {
     conn: u64,
     // Fixed at creation: whether the request counts in the registry's counters.
     cancellable: bool,
+    // Fixed at creation, for the cancel layer: whether the handler's own answer after a cooperative cancel is the
+    // reply (the dialect allows partial results), and whether the request is `initialize` (its success marks the
+    // session initialized). Here rather than in the layer's future: the lifecycle has room for them in its
+    // padding, and the future (held for each request in flight) would grow a word.
+    partial_allowed: bool,
+    initializes: bool,
     state: AtomicU8,
-    reason: OnceLock<CancelReason>,
-    // Made on first use: most requests never ask for one, and a token costs an allocation, and a lock on each
-    // clone, wait and drop. The cancel layer waits on `waker` instead.
-    token: OnceLock<CancellationToken>,
     // The cancel layer's response future, woken on the move to `CANCELLED`.
     waker: AtomicWaker,
-    // Set by a timeout layer, at most once. Boxed: most requests have no timeout, and the lifecycle is allocated
-    // for every request.
-    deadline: OnceLock<Box<Deadline>>,
-    // When the request was cancelled, for the cancel-to-settle histogram. Only with the `metrics` feature: the
-    // lifecycle is allocated for every request, and the default build must not grow for a figure nobody reads.
+    // One word: a `OnceLock<Box<_>>` would take two.
+    rare: OnceBox<Rare>,
+}
+
+/// What a request needs only once it is cancelled, asks for a token, or is given a deadline: most requests are
+/// none of these, and each would otherwise cost every request's lifecycle its room.
+#[derive(Debug, Default)]
+struct Rare {
+    reason: OnceLock<CancelReason>,
+    // Made on first use: a token costs an allocation, and a lock on each clone, wait and drop. The cancel layer
+    // waits on the lifecycle's `waker` instead.
+    token: OnceLock<CancellationToken>,
+    // Set by a timeout layer, at most once.
+    deadline: OnceLock<Deadline>,
+    // When the request was cancelled, for the cancel-to-settle histogram (only with the `metrics` feature).
     #[cfg(feature = "metrics")]
     cancelled_at: OnceLock<Instant>,
 }
@@ -69,14 +84,38 @@ impl Lifecycle {
             id,
             conn,
             cancellable: state == RUNNING,
+            partial_allowed: false,
+            initializes: false,
             state: AtomicU8::new(state),
-            reason: OnceLock::new(),
-            token: OnceLock::new(),
             waker: AtomicWaker::new(),
-            deadline: OnceLock::new(),
-            #[cfg(feature = "metrics")]
-            cancelled_at: OnceLock::new(),
+            rare: OnceBox::new(),
         }
+    }
+
+    /// The rare parts, made now if they were not.
+    fn rare(&self) -> &Rare {
+        self.rare.get_or_init(Box::default)
+    }
+
+    /// Let a handler's own answer after a cooperative cancel be the reply (where the dialect allows partial
+    /// results).
+    pub(crate) fn with_partial_results(mut self, allowed: bool) -> Self {
+        self.partial_allowed = allowed;
+        self
+    }
+
+    /// Mark the request as one whose success initializes its session (`initialize`).
+    pub(crate) fn with_initializes(mut self, initializes: bool) -> Self {
+        self.initializes = initializes;
+        self
+    }
+
+    pub(crate) fn allows_partial_result(&self) -> bool {
+        self.partial_allowed
+    }
+
+    pub(crate) fn initializes(&self) -> bool {
+        self.initializes
     }
 
     /// Whether any source may cancel the request (fixed when it is made).
@@ -86,12 +125,12 @@ impl Lifecycle {
 
     /// Give the request a deadline. Only the first call counts (the outermost timeout layer wins).
     pub(crate) fn set_deadline(&self, deadline: Deadline) -> bool {
-        self.deadline.set(Box::new(deadline)).is_ok()
+        self.rare().deadline.set(deadline).is_ok()
     }
 
     /// The request's deadline, if it has one.
     pub(crate) fn deadline(&self) -> Option<&Deadline> {
-        self.deadline.get().map(|deadline| &**deadline)
+        self.rare.get()?.deadline.get()
     }
 
     pub(crate) fn id(&self) -> &Id {
@@ -104,7 +143,7 @@ impl Lifecycle {
 
     /// The request's token, made on first use and fired if the request is (or becomes) cancelled.
     pub(crate) fn token(&self) -> &CancellationToken {
-        let token = self.token.get_or_init(CancellationToken::new);
+        let token = self.rare().token.get_or_init(CancellationToken::new);
         // Pairs with the fence in `cancel`. A token made while a cancel is under way is seen by that cancel (which
         // fires it), or this sees `CANCELLED` (and fires it here): with both fences, they cannot both miss.
         fence(Ordering::SeqCst);
@@ -131,13 +170,14 @@ impl Lifecycle {
         // so no caller is told it cancelled the request while the reply names another source.
         // A cancel that loses the race to a completion leaves a reason nobody reads: `reason()` only answers in
         // `CANCELLED`.
-        if self.reason.set(reason).is_err() {
+        let rare = self.rare();
+        if rare.reason.set(reason).is_err() {
             return false;
         }
         // Before the swap, like the reason, so that whoever sees `CANCELLED` sees the instant too. Only the
         // reason's writer gets here, so the cell is always empty.
         #[cfg(feature = "metrics")]
-        let _ = self.cancelled_at.set(Instant::now());
+        let _ = rare.cancelled_at.set(Instant::now());
         let won = self
             .state
             .compare_exchange(RUNNING, CANCELLED, Ordering::AcqRel, Ordering::Acquire)
@@ -145,7 +185,7 @@ impl Lifecycle {
         if won {
             // See `token`.
             fence(Ordering::SeqCst);
-            if let Some(token) = self.token.get() {
+            if let Some(token) = rare.token.get() {
                 token.cancel();
             }
             self.waker.wake();
@@ -182,7 +222,7 @@ impl Lifecycle {
     #[cfg(feature = "metrics")]
     pub(crate) fn cancelled_at(&self) -> Option<Instant> {
         if self.is_cancelled() {
-            self.cancelled_at.get().copied()
+            self.rare.get()?.cancelled_at.get().copied()
         } else {
             None
         }
@@ -191,7 +231,7 @@ impl Lifecycle {
     /// The reason, once the request is cancelled.
     pub(crate) fn reason(&self) -> Option<&CancelReason> {
         if self.is_cancelled() {
-            self.reason.get()
+            self.rare.get()?.reason.get()
         } else {
             None
         }
@@ -215,6 +255,16 @@ mod tests {
         assert!(!l.is_running());
         assert!(!l.cancel(CancelReason::Timeout));
         assert!(Lifecycle::new(2.into(), 1).is_cancellable());
+    }
+
+    #[test]
+    fn a_request_that_is_never_cancelled_keeps_its_lifecycle_small() {
+        // What the registry and the bytes per request held are made of (BENCHMARKS.md): the rare parts stay out.
+        assert!(std::mem::size_of::<Lifecycle>() <= 72);
+        let l = Lifecycle::new(1.into(), 1);
+        assert!(l.complete());
+        assert!(l.deadline().is_none() && l.reason().is_none());
+        assert!(l.rare.get().is_none(), "nothing rare was made");
     }
 
     #[test]
@@ -242,7 +292,7 @@ mod tests {
         assert!(token.is_cancelled(), "a token made before the cancel fires");
 
         let late = Lifecycle::new(2.into(), 1);
-        assert!(late.token.get().is_none(), "no token until asked for");
+        assert!(late.rare.get().is_none(), "no token until asked for");
         assert!(late.cancel(CancelReason::Timeout));
         assert!(
             late.token().is_cancelled(),

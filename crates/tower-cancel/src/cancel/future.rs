@@ -4,6 +4,7 @@ use std::{
     panic::AssertUnwindSafe,
     pin::Pin,
     task::{Context, Poll},
+    time::Duration,
 };
 
 use pin_project_lite::pin_project;
@@ -55,16 +56,35 @@ pin_project! {
         Racing {
             #[pin]
             dispatch: Dispatch<S>,
-            // Boxed: a timer is large, and only a cooperative cancel ever arms one.
-            grace: Option<Pin<Box<Sleep>>>,
+            grace: Grace,
             // The lifecycle, the registry entry and the span: settled when this future completes or is dropped,
             // on every path.
             settlement: Settlement,
-            mode: Mode,
-            partial_allowed: bool,
-            // `initialize`: its success marks the connection's session initialized.
-            initializes: bool,
         },
+    }
+}
+
+/// The layer's [`Mode`] and, once a cooperative cancel came, the handler's grace timer: one value, since the timer
+/// only ever exists in cooperative mode (every request's future carries this, so it is kept to two words).
+enum Grace {
+    /// Abort mode: a cancel drops the handler at once.
+    None,
+    /// Cooperative mode, not cancelled yet: a cancel gives the handler this long to wind down.
+    Allowed(Duration),
+    /// Cooperative mode, cancelled: the handler winds down until this fires. Boxed: a timer is large.
+    Running(Pin<Box<Sleep>>),
+}
+
+impl Grace {
+    fn of(mode: Mode) -> Self {
+        match mode {
+            Mode::Abort => Grace::None,
+            Mode::Cooperative { grace } => Grace::Allowed(grace),
+        }
+    }
+
+    fn is_running(&self) -> bool {
+        matches!(self, Grace::Running(_))
     }
 }
 
@@ -83,21 +103,12 @@ impl<S: Service<Request>> ResponseFuture<S> {
         }
     }
 
-    pub(super) fn racing(
-        dispatch: Dispatch<S>,
-        settlement: Settlement,
-        mode: Mode,
-        partial_allowed: bool,
-        initializes: bool,
-    ) -> Self {
+    pub(super) fn racing(dispatch: Dispatch<S>, settlement: Settlement, mode: Mode) -> Self {
         Self {
             kind: Kind::Racing {
                 dispatch,
-                grace: None,
+                grace: Grace::of(mode),
                 settlement,
-                mode,
-                partial_allowed,
-                initializes,
             },
         }
     }
@@ -133,18 +144,16 @@ where
                 dispatch,
                 grace,
                 settlement,
-                mode,
-                partial_allowed,
-                initializes,
             } => {
                 let poll = {
                     // The handler runs inside the request's span; the outcome is recorded after leaving it.
                     let _span = settlement.enter();
                     let lifecycle = settlement.lifecycle();
-                    poll_racing(dispatch, grace, lifecycle, *mode, *partial_allowed, cx)
+                    poll_racing(dispatch, grace, lifecycle, cx)
                 };
                 if let Poll::Ready(result) = &poll {
-                    if *initializes && result.is_ok() {
+                    // `initialize`: its success marks the connection's session initialized.
+                    if result.is_ok() && settlement.lifecycle().initializes() {
                         if let Some(connection) = settlement.connection() {
                             connection.session().mark_initialized();
                         }
@@ -160,10 +169,8 @@ where
 /// Race the handler against the request's cancel; its result, once there is one, is the request's outcome.
 fn poll_racing<S>(
     mut dispatch: Pin<&mut Dispatch<S>>,
-    grace: &mut Option<Pin<Box<Sleep>>>,
+    grace: &mut Grace,
     lifecycle: &Lifecycle,
-    mode: Mode,
-    partial_allowed: bool,
     cx: &mut Context<'_>,
 ) -> Poll<Result<S::Response, BoxError>>
 where
@@ -171,12 +178,12 @@ where
     S::Error: Into<BoxError>,
 {
     // A cancel before the first poll stops the handler before it is even called.
-    if lifecycle.is_cancelled() && grace.is_none() {
-        match mode {
-            Mode::Cooperative { grace: period } if !dispatch.is_waiting() => {
-                *grace = Some(Box::pin(tokio::time::sleep(period)));
+    if lifecycle.is_cancelled() && !grace.is_running() {
+        match *grace {
+            Grace::Allowed(period) if !dispatch.is_waiting() => {
+                *grace = Grace::Running(Box::pin(tokio::time::sleep(period)));
             }
-            Mode::Abort | Mode::Cooperative { .. } => {
+            Grace::None | Grace::Allowed(_) | Grace::Running(_) => {
                 // Dropping the inner future stops the handler wherever it was parked. A request still
                 // queued behind backpressure has no handler to wind down: it never runs, in any mode.
                 drop_inner(dispatch.as_mut());
@@ -184,7 +191,7 @@ where
             }
         }
     }
-    if let Some(sleep) = grace.as_mut() {
+    if let Grace::Running(sleep) = grace {
         if sleep.as_mut().poll(cx).is_ready() {
             drop_inner(dispatch.as_mut());
             return Poll::Ready(Err(cancelled_error(lifecycle)));
@@ -196,7 +203,7 @@ where
             // The cancel wakes this future through the lifecycle (no token needed). Registering
             // only now keeps a handler that answers at once from paying for it; a cancel that came
             // between the check above and the registration is caught by the check after it.
-            if grace.is_none() {
+            if !grace.is_running() {
                 lifecycle.wake_on_cancel(cx.waker());
                 if lifecycle.is_cancelled() {
                     cx.waker().wake_by_ref();
@@ -219,7 +226,7 @@ where
     Poll::Ready(settle(
         lifecycle,
         output,
-        partial_allowed && grace.is_some(),
+        lifecycle.allows_partial_result() && grace.is_running(),
     ))
 }
 

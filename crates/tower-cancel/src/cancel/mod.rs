@@ -219,13 +219,18 @@ where
 
         self.dialect.observe_request(&req, session);
         let span = settlement::request_span(&id, req.method());
-        let lifecycle = Arc::new(if self.dialect.is_cancellable(req.method(), session) {
+        let lifecycle = if self.dialect.is_cancellable(req.method(), session) {
             Lifecycle::new(id, connection.key())
         } else {
             // Registered all the same (its id is in flight), and given a context (id, progress), but nothing can
             // cancel it: no timeout either.
             Lifecycle::uncancellable(id, connection.key())
-        });
+        };
+        let lifecycle = Arc::new(
+            lifecycle
+                .with_partial_results(self.dialect.allows_partial_result())
+                .with_initializes(req.method() == "initialize"),
+        );
         let registration = match connection.register(lifecycle.clone()) {
             Ok(registration) => registration,
             Err(duplicate) => {
@@ -233,16 +238,9 @@ where
                 return ResponseFuture::ready(Err(Box::new(duplicate)));
             }
         };
-        let initializes = req.method() == "initialize";
         req.set_context(RequestContext::new(lifecycle, Some(self.progress.clone())));
         let settlement =
             Settlement::new(registration, span, DialectLabel::new(self.dialect.name()));
-        ResponseFuture::racing(
-            Dispatch::new(inner, req),
-            settlement,
-            self.mode,
-            self.dialect.allows_partial_result(),
-            initializes,
-        )
+        ResponseFuture::racing(Dispatch::new(inner, req), settlement, self.mode)
     }
 }

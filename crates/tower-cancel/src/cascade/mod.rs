@@ -84,7 +84,7 @@ impl<S: Service<Request>> Service<Request> for Cascade<S> {
     fn call(&mut self, mut req: Request) -> Self::Future {
         let peer = req.connection().and_then(|connection| connection.peer());
         let child = match (peer, req.context()) {
-            (Some(peer), Some(ctx)) => Some(peer.child_of(ctx.token().clone())),
+            (Some(peer), Some(ctx)) => Some(peer.child_of_request(ctx.lifecycle().clone())),
             _ => None,
         };
         if let Some(child) = child {

@@ -18,45 +18,46 @@ pin_project! {
     /// Response future of [`ErrorMap`](super::ErrorMap).
     pub struct ResponseFuture<F, D> {
         #[pin]
-        inner: Option<F>,
-        failed: Option<BoxError>,
-        id: Option<Id>,
-        server_cancellable: bool,
-        method: Option<String>,
+        state: State<F>,
+        subject: Subject,
         dialect: D,
     }
 }
 
+pin_project! {
+    #[project = StateProj]
+    enum State<F> {
+        Running { #[pin] inner: F },
+        // The inner service failed readiness: this is the outcome, and the service was never called.
+        Failed { error: Option<BoxError> },
+    }
+}
+
+/// What a reply is about, kept while the request runs: only what rendering it needs. One value rather than an
+/// id and a method side by side, so that a request held for long keeps the room of one of them.
+#[derive(Debug)]
+pub(crate) enum Subject {
+    /// A request: its reply names `id`.
+    Request { id: Id, server_cancellable: bool },
+    /// A notification: never answered; its method is kept to log a failure.
+    Notification { method: String },
+    /// The reply was given.
+    Answered,
+}
+
 impl<F: Future, D> ResponseFuture<F, D> {
-    pub(crate) fn new(
-        inner: F,
-        id: Option<Id>,
-        server_cancellable: bool,
-        method: Option<String>,
-        dialect: D,
-    ) -> Self {
+    pub(crate) fn new(inner: F, subject: Subject, dialect: D) -> Self {
         Self {
-            inner: Some(inner),
-            failed: None,
-            id,
-            server_cancellable,
-            method,
+            state: State::Running { inner },
+            subject,
             dialect,
         }
     }
 
-    pub(crate) fn failed(
-        error: BoxError,
-        id: Option<Id>,
-        method: Option<String>,
-        dialect: D,
-    ) -> Self {
+    pub(crate) fn failed(error: BoxError, subject: Subject, dialect: D) -> Self {
         Self {
-            inner: None,
-            failed: Some(error),
-            id,
-            server_cancellable: false,
-            method,
+            state: State::Failed { error: Some(error) },
+            subject,
             dialect,
         }
     }
@@ -65,7 +66,7 @@ impl<F: Future, D> ResponseFuture<F, D> {
 impl<F, D> fmt::Debug for ResponseFuture<F, D> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ResponseFuture")
-            .field("id", &self.id)
+            .field("subject", &self.subject)
             .finish()
     }
 }
@@ -81,21 +82,24 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
-        let outcome = match this.inner.as_pin_mut() {
-            Some(inner) => ready!(inner.poll(cx)).map(Into::into).map_err(Into::into),
-            None => Err(this.failed.take().expect("polled after completion")),
-        };
-        let Some(id) = this.id.take() else {
-            if let Err(error) = outcome {
-                tracing::warn!(method = this.method.as_deref(), %error, "notification handler failed");
+        let outcome = match this.state.project() {
+            StateProj::Running { inner } => {
+                ready!(inner.poll(cx)).map(Into::into).map_err(Into::into)
             }
-            return Poll::Ready(Ok(None));
+            StateProj::Failed { error } => Err(error.take().expect("polled after completion")),
         };
-        Poll::Ready(Ok(render(
-            id,
-            outcome,
-            *this.server_cancellable,
-            this.dialect,
-        )))
+        match std::mem::replace(this.subject, Subject::Answered) {
+            Subject::Request {
+                id,
+                server_cancellable,
+            } => Poll::Ready(Ok(render(id, outcome, server_cancellable, this.dialect))),
+            Subject::Notification { method } => {
+                if let Err(error) = outcome {
+                    tracing::warn!(method, %error, "notification handler failed");
+                }
+                Poll::Ready(Ok(None))
+            }
+            Subject::Answered => panic!("polled after completion"),
+        }
     }
 }

@@ -48,6 +48,7 @@ use std::{
 use serde_json::Value;
 use tower_service::Service;
 
+use self::future::Subject;
 pub use self::{future::ResponseFuture, layer::ErrorMapLayer};
 
 use crate::{
@@ -124,16 +125,22 @@ where
     }
 
     fn call(&mut self, req: Request) -> Self::Future {
-        let id = req.id().cloned();
-        // The method is only kept for notifications, whose failures are logged (requests' failures are answered).
-        let method = id.is_none().then(|| req.method().to_owned());
+        let subject = match req.id() {
+            Some(id) => Subject::Request {
+                id: id.clone(),
+                server_cancellable: self.dialect.is_server_cancellable(req.method()),
+            },
+            // The method is only kept for notifications, whose failures are logged (requests' failures are
+            // answered).
+            None => Subject::Notification {
+                method: req.method().to_owned(),
+            },
+        };
         if let Some(error) = self.not_ready.take() {
             let error: BoxError = Box::new(Unavailable::new(error));
-            return ResponseFuture::failed(error, id, method, self.dialect.clone());
+            return ResponseFuture::failed(error, subject, self.dialect.clone());
         }
-        let server_cancellable = id.is_some() && self.dialect.is_server_cancellable(req.method());
-        let inner = self.inner.call(req);
-        ResponseFuture::new(inner, id, server_cancellable, method, self.dialect.clone())
+        ResponseFuture::new(self.inner.call(req), subject, self.dialect.clone())
     }
 }
 

@@ -21,6 +21,9 @@ pub(crate) use std::sync::{
 pub(crate) use futures_util::task::AtomicWaker;
 
 #[cfg(not(loom))]
+pub(crate) use once_cell::race::OnceBox;
+
+#[cfg(not(loom))]
 pub(crate) use std::thread::yield_now;
 
 #[cfg(loom)]
@@ -30,7 +33,7 @@ pub(crate) use loom::thread::yield_now;
 mod mocked;
 
 #[cfg(loom)]
-pub(crate) use mocked::{AtomicWaker, OnceLock};
+pub(crate) use mocked::{AtomicWaker, OnceBox, OnceLock};
 
 #[cfg(loom)]
 pub(crate) use loom::sync::{

@@ -14,7 +14,7 @@ use tokio::{
 };
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
-use super::{progress::ProgressSlot, Peer, PeerError};
+use super::{progress::ProgressSlot, Parent, Peer, PeerError};
 use crate::{
     context::CancelReason,
     message::{Id, Response},
@@ -79,8 +79,8 @@ impl PeerCall {
             cancel_on: None,
             parent: peer
                 .parent
-                .clone()
-                .map(|token| Box::pin(token.cancelled_owned())),
+                .as_ref()
+                .map(|parent| Box::pin(parent.token().cancelled_owned())),
             wait_after_cancel: peer.shared.dialect.waits_after_cancel(),
             state: State::Waiting,
             peer,
@@ -260,11 +260,7 @@ impl Drop for PeerCall {
             State::Waiting => {
                 // In abort mode a cascaded cancel arrives here (the handler's future is dropped with its calls):
                 // say so, rather than that the caller went away.
-                let parent_cancelled = self
-                    .peer
-                    .parent
-                    .as_ref()
-                    .is_some_and(CancellationToken::is_cancelled);
+                let parent_cancelled = self.peer.parent.as_ref().is_some_and(Parent::is_cancelled);
                 let reason = if parent_cancelled {
                     CancelReason::Parent
                 } else {

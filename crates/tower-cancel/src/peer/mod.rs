@@ -53,6 +53,7 @@
 mod call;
 mod dialect;
 mod error;
+mod parent;
 mod progress;
 mod table;
 
@@ -70,6 +71,7 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
+pub(crate) use self::parent::Parent;
 pub use self::{call::PeerCall, error::PeerError};
 use self::{
     progress::ProgressSlot,
@@ -78,6 +80,7 @@ use self::{
 use crate::{
     context::CancelReason,
     dialect::Dialect,
+    lifecycle::Lifecycle,
     message::{Id, Request, Response},
     outbox::Outbox,
     progress::ProgressUpdate,
@@ -91,7 +94,7 @@ pub struct Peer {
     shared: Arc<Shared>,
     default_timeout: Option<Duration>,
     // Set on a request's child handle (see `CascadeLayer`): its calls are cancelled with the request.
-    parent: Option<CancellationToken>,
+    parent: Option<Parent>,
 }
 
 struct Shared {
@@ -155,6 +158,16 @@ impl Peer {
     /// and the peer is sent the cancel for it. [`CascadeLayer`](crate::CascadeLayer) gives each request such a
     /// handle, tied to the request's own token.
     pub fn child_of(&self, parent: CancellationToken) -> Self {
+        self.child(Parent::Token(parent))
+    }
+
+    /// A handle whose calls are children of the request of `lifecycle` (what [`child_of`](Self::child_of) does
+    /// with the request's token, without making the token until a call needs it).
+    pub(crate) fn child_of_request(&self, lifecycle: Arc<Lifecycle>) -> Self {
+        self.child(Parent::Request(lifecycle))
+    }
+
+    fn child(&self, parent: Parent) -> Self {
         Self {
             parent: Some(parent),
             ..self.clone()
@@ -230,11 +243,7 @@ impl Peer {
         // outlived its handler) sends nothing: the request would be cancelled the moment it is polled, after the
         // peer had started a handler for it (nested requests of a cancelled handler still being sent is a known
         // fault of other implementations).
-        if self
-            .parent
-            .as_ref()
-            .is_some_and(CancellationToken::is_cancelled)
-        {
+        if self.parent.as_ref().is_some_and(Parent::is_cancelled) {
             self.forget(&id);
             return call.refused();
         }

@@ -33,9 +33,10 @@
 mod early;
 mod error;
 mod finished;
+mod hasher;
+mod in_flight;
 
 use std::{
-    collections::{hash_map::Entry, HashMap},
     fmt,
     sync::{
         atomic::{AtomicU64, Ordering},
@@ -55,6 +56,7 @@ use crate::{
 use early::{EarlyCancels, Remembered};
 pub use error::DuplicateId;
 use finished::{Ended, FinishedRequests};
+use in_flight::InFlight;
 
 /// How many early cancels a registry remembers by default.
 pub const DEFAULT_EARLY_CANCEL_CAPACITY: usize = 1024;
@@ -83,39 +85,28 @@ struct Inner {
 }
 
 struct Tables {
-    in_flight: HashMap<Id, Slot>,
-    // Entries in `in_flight` (a slot may hold several, one per connection).
-    len: usize,
+    in_flight: InFlight,
     early: EarlyCancels,
     // How the last requests ended: only for dialects that acknowledge cancels.
     finished: Option<FinishedRequests>,
     // Set when the whole scope stops taking work: new requests start out cancelled with it.
     refusing: Option<CancelReason>,
+    // Counted under the lock every request takes anyway to enter and leave the table: atomics beside it would
+    // cost each request two more read-modify-writes.
+    ends: Ends,
 }
 
-/// The requests of one id: one, or (in a scope shared by connections) one per connection.
-// The box keeps the slot two words wide (a `Vec` inline would make every entry of the table a word wider, for a
-// case only shared scopes ever see).
-#[allow(clippy::box_collection)]
-enum Slot {
-    One(Arc<Lifecycle>),
-    Many(Box<Vec<Arc<Lifecycle>>>),
+/// How many requests that can be cancelled were registered, and how they ended.
+#[derive(Default)]
+struct Ends {
+    registered: u64,
+    completed: u64,
+    cancelled: u64,
 }
 
-impl Slot {
-    fn iter(&self) -> std::slice::Iter<'_, Arc<Lifecycle>> {
-        match self {
-            Slot::One(one) => std::slice::from_ref(one).iter(),
-            Slot::Many(many) => many.iter(),
-        }
-    }
-}
-
+/// The counters of what arrives without taking a request through the table (early cancels).
 #[derive(Default)]
 struct Counters {
-    registered: AtomicU64,
-    completed: AtomicU64,
-    cancelled: AtomicU64,
     early_cancels: AtomicU64,
     early_dropped: AtomicU64,
 }
@@ -207,11 +198,11 @@ impl Registry {
         Self {
             inner: Arc::new(Inner {
                 tables: Mutex::new(Tables {
-                    in_flight: HashMap::new(),
-                    len: 0,
+                    in_flight: InFlight::new(),
                     early: EarlyCancels::new(capacity, bytes),
                     finished: None,
                     refusing: None,
+                    ends: Ends::default(),
                 }),
                 counters: Counters::default(),
             }),
@@ -247,11 +238,7 @@ impl Registry {
     /// the reply says cancelled. Whoever sends the acknowledgment and the reply decides their order.
     pub(crate) fn acknowledge_in(&self, conn: u64, id: &Id, reason: CancelReason) -> CancelAck {
         let mut tables = self.lock();
-        let target = tables.in_flight.get(id).and_then(|slot| {
-            slot.iter()
-                .find(|lifecycle| conn == WHOLE_SCOPE || lifecycle.conn() == conn)
-                .cloned()
-        });
+        let target = tables.in_flight.matching(conn, id).next().cloned();
         let Some(lifecycle) = target else {
             let ended = tables
                 .finished
@@ -301,14 +288,7 @@ impl Registry {
     /// Cancel the request `id` of connection `conn` (every connection's, for [`WHOLE_SCOPE`]).
     pub(crate) fn cancel_in(&self, conn: u64, id: &Id, reason: CancelReason) -> CancelOutcome {
         let mut tables = self.lock();
-        let targets: Vec<_> = match tables.in_flight.get(id) {
-            Some(slot) => slot
-                .iter()
-                .filter(|lifecycle| conn == WHOLE_SCOPE || lifecycle.conn() == conn)
-                .cloned()
-                .collect(),
-            None => Vec::new(),
-        };
+        let targets: Vec<_> = tables.in_flight.matching(conn, id).cloned().collect();
         if targets.is_empty() {
             let remembered = tables.early.remember(conn, id, reason);
             drop(tables);
@@ -360,8 +340,7 @@ impl Registry {
         let targets: Vec<_> = self
             .lock()
             .in_flight
-            .values()
-            .flat_map(Slot::iter)
+            .iter()
             .filter(|lifecycle| which(lifecycle))
             .cloned()
             .collect();
@@ -380,12 +359,12 @@ impl Registry {
 
     /// Whether a request `id` is in flight, on any connection.
     pub fn contains(&self, id: &Id) -> bool {
-        self.lock().in_flight.contains_key(id)
+        self.lock().in_flight.contains(id)
     }
 
     /// How many requests are in flight.
     pub fn len(&self) -> usize {
-        self.lock().len
+        self.lock().in_flight.len()
     }
 
     /// Whether no request is in flight.
@@ -395,25 +374,31 @@ impl Registry {
 
     /// The counters, and the table sizes now.
     pub fn stats(&self) -> Stats {
-        let (in_flight, remembered, remembered_bytes, finished, finished_bytes) = {
+        let (in_flight, remembered, remembered_bytes, finished, finished_bytes, ends) = {
             let tables = self.lock();
             let (finished, finished_bytes) = tables
                 .finished
                 .as_ref()
                 .map_or((0, 0), |finished| (finished.len(), finished.bytes()));
             (
-                tables.len,
+                tables.in_flight.len(),
                 tables.early.len(),
                 tables.early.bytes(),
                 finished,
                 finished_bytes,
+                (
+                    tables.ends.registered,
+                    tables.ends.completed,
+                    tables.ends.cancelled,
+                ),
             )
         };
         let c = &self.inner.counters;
+        let (registered, completed, cancelled) = ends;
         Stats {
-            registered: c.registered.load(Ordering::Relaxed),
-            completed: c.completed.load(Ordering::Relaxed),
-            cancelled: c.cancelled.load(Ordering::Relaxed),
+            registered,
+            completed,
+            cancelled,
             early_cancels: c.early_cancels.load(Ordering::Relaxed),
             early_dropped: c.early_dropped.load(Ordering::Relaxed),
             in_flight,
@@ -438,25 +423,10 @@ impl Registry {
         let early_reason = {
             let mut tables = self.lock();
             let id = lifecycle.id();
-            // One hash of the id, for the check and the insert together.
-            match tables.in_flight.entry(id.clone()) {
-                Entry::Vacant(entry) => {
-                    entry.insert(Slot::One(lifecycle.clone()));
-                }
-                Entry::Occupied(mut entry) => {
-                    let slot = entry.get_mut();
-                    if slot.iter().any(|other| other.conn() == lifecycle.conn()) {
-                        return Err(DuplicateId(id.clone()));
-                    }
-                    match slot {
-                        Slot::One(one) => {
-                            *slot = Slot::Many(Box::new(vec![one.clone(), lifecycle.clone()]));
-                        }
-                        Slot::Many(many) => many.push(lifecycle.clone()),
-                    }
-                }
+            tables.in_flight.insert(lifecycle)?;
+            if lifecycle.is_cancellable() {
+                tables.ends.registered += 1;
             }
-            tables.len += 1;
             if let Some(finished) = &mut tables.finished {
                 finished.forget(id);
             }
@@ -470,64 +440,28 @@ impl Registry {
                 .or_else(|| refusing.get().cloned())
                 .or_else(|| tables.refusing.clone())
         };
-        if lifecycle.is_cancellable() {
-            self.inner
-                .counters
-                .registered
-                .fetch_add(1, Ordering::Relaxed);
-            if let Some(reason) = early_reason {
-                lifecycle.cancel(reason);
-            }
+        if let Some(reason) = early_reason.filter(|_| lifecycle.is_cancellable()) {
+            lifecycle.cancel(reason);
         }
         Ok(())
     }
 
     /// Take a request out of the table and count its outcome.
     pub(crate) fn remove(&self, lifecycle: &Arc<Lifecycle>) {
-        if lifecycle.is_cancellable() {
-            let counters = &self.inner.counters;
-            if lifecycle.is_completed() {
-                counters.completed.fetch_add(1, Ordering::Relaxed);
-            } else {
-                counters.cancelled.fetch_add(1, Ordering::Relaxed);
-            }
-        }
         let mut tables = self.lock();
-        let id = lifecycle.id();
-        // One hash and no copy of the id in the common case: take the slot out, put back what is not ours.
-        let Some(slot) = tables.in_flight.remove(id) else {
+        let removed = tables.in_flight.remove(lifecycle);
+        if !lifecycle.is_cancellable() {
             return;
-        };
-        let (removed, rest) = match slot {
-            Slot::One(one) if Arc::ptr_eq(&one, lifecycle) => (true, None),
-            one @ Slot::One(_) => (false, Some(one)),
-            Slot::Many(mut many) => {
-                let before = many.len();
-                many.retain(|other| !Arc::ptr_eq(other, lifecycle));
-                let removed = many.len() < before;
-                let rest = match many.len() {
-                    0 => None,
-                    1 => many.pop().map(Slot::One),
-                    _ => Some(Slot::Many(many)),
-                };
-                (removed, rest)
-            }
-        };
-        if let Some(rest) = rest {
-            tables.in_flight.insert(id.clone(), rest);
         }
-        if removed {
-            tables.len -= 1;
-            if lifecycle.is_cancellable() {
-                if let Some(finished) = &mut tables.finished {
-                    let ended = if lifecycle.is_completed() {
-                        Ended::Completed
-                    } else {
-                        Ended::Cancelled
-                    };
-                    finished.remember(lifecycle.conn(), id, ended);
-                }
-            }
+        let ended = if lifecycle.is_completed() {
+            tables.ends.completed += 1;
+            Ended::Completed
+        } else {
+            tables.ends.cancelled += 1;
+            Ended::Cancelled
+        };
+        if let Some(finished) = tables.finished.as_mut().filter(|_| removed) {
+            finished.remember(lifecycle.conn(), lifecycle.id(), ended);
         }
     }
 

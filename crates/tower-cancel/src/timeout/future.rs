@@ -33,16 +33,26 @@ pin_project! {
     {
         // The layer has no rule for any request: the inner service's future as it is.
         Direct { #[pin] future: S::Future },
-        Timed {
-            #[pin]
-            dispatch: Dispatch<S>,
-            // Boxed: a timer is large (over 100 bytes), and a request without a timeout should not carry room
-            // for one.
-            sleep: Option<Pin<Box<Sleep>>>,
-            // The request's context, when a cancel layer above gave it one: expiry cancels it, so the cancel layer
-            // settles the request like any other cancel. Without one, expiry ends this future itself.
-            context: Option<RequestContext>,
-        },
+        // Boxed, in one allocation with its timer: inline, a timed request's state (the request waiting for
+        // readiness, the timer, the context) would make every future of this type that large, those of a layer
+        // without rules (the stack's default) included, and they would carry the room for nothing.
+        Timed { timed: Pin<Box<Timed<S>>> },
+    }
+}
+
+pin_project! {
+    struct Timed<S>
+    where
+        S: Service<Request>,
+    {
+        #[pin]
+        dispatch: Dispatch<S>,
+        // `None` for a request that got no deadline (a notification, a request that cannot be cancelled).
+        #[pin]
+        sleep: Option<Sleep>,
+        // The request's context, when a cancel layer above gave it one: expiry cancels it, so the cancel layer
+        // settles the request like any other cancel. Without one, expiry ends this future itself.
+        context: Option<RequestContext>,
     }
 }
 
@@ -59,11 +69,14 @@ impl<S: Service<Request>> ResponseFuture<S> {
         sleep: Option<Sleep>,
         context: Option<RequestContext>,
     ) -> Self {
+        let timed = Timed {
+            dispatch: Dispatch::new(service, request),
+            sleep,
+            context,
+        };
         Self {
             kind: Kind::Timed {
-                dispatch: Dispatch::new(service, request),
-                sleep: sleep.map(Box::pin),
-                context,
+                timed: Box::pin(timed),
             },
         }
     }
@@ -72,13 +85,10 @@ impl<S: Service<Request>> ResponseFuture<S> {
 impl<S: Service<Request>> fmt::Debug for ResponseFuture<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut debug = f.debug_struct("ResponseFuture");
-        if let Kind::Timed {
-            dispatch, sleep, ..
-        } = &self.kind
-        {
+        if let Kind::Timed { timed } = &self.kind {
             debug
-                .field("deadline", &sleep.as_ref().map(|s| s.deadline()))
-                .field("waiting", &dispatch.is_waiting());
+                .field("deadline", &timed.sleep.as_ref().map(Sleep::deadline))
+                .field("waiting", &timed.dispatch.is_waiting());
         }
         debug.finish()
     }
@@ -92,14 +102,11 @@ where
     type Output = Result<S::Response, BoxError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let (mut dispatch, sleep, context) = match self.project().kind.project() {
+        let timed = match self.project().kind.project() {
             KindProj::Direct { future } => return future.poll(cx).map_err(Into::into),
-            KindProj::Timed {
-                dispatch,
-                sleep,
-                context,
-            } => (dispatch, sleep, context),
+            KindProj::Timed { timed } => timed.as_mut().project(),
         };
+        let (mut dispatch, mut sleep, context) = (timed.dispatch, timed.sleep, timed.context);
         loop {
             // A request cancelled while it waits for readiness (its deadline passed, or any other source) is never
             // called: its handler does not exist yet, so there is nothing to wind down, whatever the mode.
@@ -113,7 +120,7 @@ where
             if let Poll::Ready(output) = dispatch.as_mut().poll(cx) {
                 return Poll::Ready(output);
             }
-            let Some(timer) = sleep.as_mut() else {
+            let Some(mut timer) = sleep.as_mut().as_pin_mut() else {
                 return Poll::Pending;
             };
             if timer.as_mut().poll(cx).is_pending() {
@@ -128,7 +135,7 @@ where
                 _ => {
                     tracing::debug!(id = %context.id(), "request timed out");
                     context.cancel_with(CancelReason::Timeout);
-                    *sleep = None;
+                    sleep.set(None);
                     // A request still waiting for readiness ends at the top of the loop. A running one is the
                     // cancel layer's to settle, woken by the cancel: it drops this future (abort), or lets the
                     // handler wind down within its grace period (cooperative), polling it again until then.

@@ -83,12 +83,26 @@ pub struct RequestedTimeout(pub Duration);
 #[derive(Clone, Debug)]
 pub struct Timeout<S> {
     inner: S,
-    config: Arc<Config>,
+    // `None` for a layer configured with nothing at all (the stack's default): the cancel layer clones this
+    // service for every request, and an `Arc` would cost each one an atomic increment and decrement.
+    config: Option<Arc<Config>>,
 }
 
 impl<S> Timeout<S> {
     pub(crate) fn new(inner: S, config: Arc<Config>) -> Self {
-        Self { inner, config }
+        let empty = !config.has_rules() && config.max_total.is_none();
+        Self {
+            inner,
+            config: (!empty).then_some(config),
+        }
+    }
+
+    fn has_rules(&self) -> bool {
+        self.config.as_deref().is_some_and(Config::has_rules)
+    }
+
+    fn max_total(&self) -> Option<Duration> {
+        self.config.as_deref().and_then(|config| config.max_total)
     }
 
     /// The inner service.
@@ -107,20 +121,21 @@ impl<S> Timeout<S> {
     }
 
     fn timeout_for(&self, req: &Request) -> Option<Duration> {
-        let config = &*self.config;
-        let configured = config
-            .per_method
-            .get(req.method())
-            .copied()
-            .or(config.default);
+        let config = self.config.as_deref();
+        let configured = config.and_then(|config| {
+            config
+                .per_method
+                .get(req.method())
+                .copied()
+                .or(config.default)
+        });
         let own = req
             .extensions()
             .get::<RequestedTimeout>()
             .map(|requested| requested.0)
             .or_else(|| {
                 config
-                    .meta_field
-                    .as_deref()
+                    .and_then(|config| config.meta_field.as_deref())
                     .and_then(|field| meta_millis(req, field))
             });
         match (own, configured) {
@@ -154,7 +169,7 @@ where
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         // A layer that gives no request a deadline (`TimeoutLayer::none()`, the stack's default) is transparent:
         // readiness is the inner service's, and each request is handed straight on.
-        if !self.config.has_rules() {
+        if !self.has_rules() {
             return self.inner.poll_ready(cx).map_err(Into::into);
         }
         // Always ready, so that the deadline is armed when the request arrives: the request waits for the inner
@@ -163,7 +178,7 @@ where
     }
 
     fn call(&mut self, req: Request) -> Self::Future {
-        let transparent = !self.config.has_rules();
+        let transparent = !self.has_rules();
         if transparent && req.extensions().get::<RequestedTimeout>().is_none() {
             return ResponseFuture::direct(self.inner.call(req));
         }
@@ -193,7 +208,7 @@ where
         };
         // A timeout is a cancellation: a request that cannot be cancelled (`initialize`) takes no deadline. An
         // outer timeout layer may have set one already; the first one set counts, and it is the one slept on.
-        context.set_deadline(Deadline::new(now, timeout, self.config.max_total));
+        context.set_deadline(Deadline::new(now, timeout, self.max_total()));
         let Some(deadline) = context.deadline() else {
             return ResponseFuture::new(inner, req, None, None);
         };

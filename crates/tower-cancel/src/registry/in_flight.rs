@@ -1,0 +1,129 @@
+//! The requests in flight: one entry per request, each a pointer to its lifecycle, which holds the id. The id is
+//! stored once and hashed once per operation (`hashbrown::HashTable`, keyed through the lifecycle), where a
+//! `HashMap<Id, _>` keeps a second copy of every id as its key.
+//!
+//! In a scope shared by connections, two connections may each have a request of the same id in flight: they are
+//! two entries of the same hash, told apart by their connection. A lookup by id visits the entries of that hash
+//! only, so it stays O(1) whatever the number of requests in flight.
+
+use std::sync::Arc;
+
+use hashbrown::HashTable;
+
+use super::{hasher::IdHasher, DuplicateId, WHOLE_SCOPE};
+use crate::{lifecycle::Lifecycle, message::Id};
+
+pub(super) struct InFlight {
+    entries: HashTable<Arc<Lifecycle>>,
+    hasher: IdHasher,
+}
+
+impl InFlight {
+    pub(super) fn new() -> Self {
+        Self {
+            entries: HashTable::new(),
+            hasher: IdHasher::new(),
+        }
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Add `lifecycle`, unless its connection already has a request of its id in flight.
+    pub(super) fn insert(&mut self, lifecycle: &Arc<Lifecycle>) -> Result<(), DuplicateId> {
+        let (id, conn) = (lifecycle.id(), lifecycle.conn());
+        let hash = self.hasher.hash(id);
+        if self
+            .entries
+            .find(hash, |other| other.conn() == conn && other.id() == id)
+            .is_some()
+        {
+            return Err(DuplicateId(id.clone()));
+        }
+        let hasher = &self.hasher;
+        self.entries
+            .insert_unique(hash, lifecycle.clone(), |entry| hasher.hash(entry.id()));
+        Ok(())
+    }
+
+    /// Take `lifecycle` out (this very request, not another of its id). Returns whether it was in.
+    pub(super) fn remove(&mut self, lifecycle: &Arc<Lifecycle>) -> bool {
+        let hash = self.hasher.hash(lifecycle.id());
+        match self
+            .entries
+            .find_entry(hash, |entry| Arc::ptr_eq(entry, lifecycle))
+        {
+            Ok(entry) => {
+                entry.remove();
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// The requests `id` of connection `conn`, or of every connection for [`WHOLE_SCOPE`].
+    pub(super) fn matching<'a>(
+        &'a self,
+        conn: u64,
+        id: &'a Id,
+    ) -> impl Iterator<Item = &'a Arc<Lifecycle>> + 'a {
+        self.entries
+            .iter_hash(self.hasher.hash(id))
+            .filter(move |entry| (conn == WHOLE_SCOPE || entry.conn() == conn) && entry.id() == id)
+    }
+
+    /// Whether a request `id` is in flight, on any connection.
+    pub(super) fn contains(&self, id: &Id) -> bool {
+        self.matching(WHOLE_SCOPE, id).next().is_some()
+    }
+
+    /// Every request in flight.
+    pub(super) fn iter(&self) -> impl Iterator<Item = &Arc<Lifecycle>> {
+        self.entries.iter()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(id: impl Into<Id>, conn: u64) -> Arc<Lifecycle> {
+        Arc::new(Lifecycle::new(id.into(), conn))
+    }
+
+    #[test]
+    fn one_id_on_two_connections_is_two_entries_and_each_is_removed_alone() {
+        let mut table = InFlight::new();
+        let (a, b) = (entry("x", 1), entry("x", 2));
+        table.insert(&a).unwrap();
+        table.insert(&b).unwrap();
+        assert_eq!(table.insert(&entry("x", 1)), Err(DuplicateId("x".into())));
+        assert_eq!(table.len(), 2);
+        assert_eq!(table.matching(WHOLE_SCOPE, &"x".into()).count(), 2);
+        let x = Id::from("x");
+        let on_two: Vec<_> = table.matching(2, &x).collect();
+        assert!(on_two.len() == 1 && Arc::ptr_eq(on_two[0], &b));
+        assert!(
+            !table.remove(&entry("x", 1)),
+            "another request of the same id"
+        );
+        assert!(table.remove(&a));
+        assert!(table.contains(&"x".into()));
+        assert!(table.remove(&b));
+        assert!(!table.contains(&"x".into()));
+        assert_eq!(table.len(), 0);
+    }
+
+    #[test]
+    fn many_entries_grow_the_table_and_stay_reachable() {
+        let mut table = InFlight::new();
+        let entries: Vec<_> = (0..10_000).map(|n| entry(n, 1 + n as u64 % 3)).collect();
+        entries.iter().for_each(|e| table.insert(e).unwrap());
+        assert!(entries
+            .iter()
+            .all(|e| table.matching(e.conn(), e.id()).count() == 1));
+        entries.iter().for_each(|e| assert!(table.remove(e)));
+        assert_eq!(table.len(), 0);
+    }
+}
