@@ -1,14 +1,22 @@
 #!/usr/bin/env bash
-# Every benchmark of BENCHMARKS.md in one command (under 10 minutes on 2 cores, builds included once cached):
-#   bash crates/tower-cancel-bench/run.sh           # criterion micro benches, then the harness (figures 1 to 6 and 8, plot)
-#   bash crates/tower-cancel-bench/run.sh --quick   # each workload small, debug build: proves it all still works
+# Every benchmark of BENCHMARKS.md in one command (about 20 minutes on 2 cores once built):
+#   bash crates/tower-cancel-bench/run.sh             # criterion micro benches, then the harness (figures 1 to 6 and 8,
+#                                                     # the targets, the plot) into bench-results/
+#   bash crates/tower-cancel-bench/run.sh --only 3    # one figure of the harness alone (no criterion)
+#   bash crates/tower-cancel-bench/run.sh --quick     # each workload small, debug build: proves it all still works
+# The harness runs the `heap_bytes` binary for every bytes figure (it counts allocations, the harness does not), so
+# both are built before it runs.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 if [[ "${1:-}" == "--quick" ]]; then
   # Run as a test, criterion calls each bench once (debug build, no measurement).
   cargo test -p tower-cancel-bench --bench overhead
+  cargo build -p tower-cancel-bench --bins
   cargo run -p tower-cancel-bench -- --quick
 else
-  cargo bench -p tower-cancel-bench --bench overhead -- --noplot
+  if [[ " $* " != *" --only "* ]]; then
+    cargo bench -p tower-cancel-bench --bench overhead -- --noplot
+  fi
+  cargo build --release -p tower-cancel-bench --bins
   cargo run --release -p tower-cancel-bench -- "$@"
 fi

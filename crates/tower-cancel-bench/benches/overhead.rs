@@ -1,4 +1,8 @@
-//! Criterion benches of the in-process cost of each layer, and of one cancel among many requests held.
+//! Criterion benches of the in-process cost of each layer (the variants of `tower_cancel_bench::overhead`).
+//!
+//! Criterion's figure for each is its point estimate of the time per call (the slope of a linear regression of
+//! time on iterations, as it prints it) with its 95% bootstrap interval; the harness copies them into
+//! `bench-results/results.md` from `target/criterion/overhead/*/new/estimates.json`.
 //!
 //! `cargo bench -p tower-cancel-bench --bench overhead`
 
@@ -16,7 +20,7 @@ fn layers(c: &mut Criterion) {
     let mut group = c.benchmark_group("overhead");
     group.measurement_time(Duration::from_secs(3));
     group.warm_up_time(Duration::from_secs(1));
-    for (name, mut call) in overhead::variants() {
+    for overhead::Variant { name, mut call, .. } in overhead::variants() {
         let mut id = 0;
         group.bench_function(name, |b| {
             b.iter(|| {

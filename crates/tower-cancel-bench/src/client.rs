@@ -37,6 +37,44 @@ impl Transport {
     }
 }
 
+/// The shape of the requests the client writes: the plain workload (numeric ids, small params, a handler ready on
+/// its first poll) flatters a stack, so some figures use a heavier one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Shape {
+    /// String ids of a UUID's 36 characters (as MCP clients send them) instead of numbers.
+    pub string_ids: bool,
+    /// Bytes of padding in each request's params (`"pad": "xx…"`, as a document's text would be); 0 for none.
+    pub pad: usize,
+    /// The handler awaits once before its work (`"yields": true`).
+    pub yields: bool,
+}
+
+impl Shape {
+    /// String ids and 4 KiB params.
+    pub const STRING_IDS_4K_PARAMS: Self = Self {
+        string_ids: true,
+        pad: 4096,
+        yields: false,
+    };
+
+    /// A handler that awaits once.
+    pub const YIELDS: Self = Self {
+        string_ids: false,
+        pad: 0,
+        yields: true,
+    };
+
+    /// The id of request `n` in this shape.
+    fn id(self, n: u64) -> Value {
+        if self.string_ids {
+            // A UUID's form; the request's number is its last group, read back by `parse`.
+            Value::from(format!("6f1c2d3e-0b7a-4c1d-9e2f-{n:012}"))
+        } else {
+            Value::from(n)
+        }
+    }
+}
+
 /// One reply read from the target.
 #[derive(Clone, Copy, Debug)]
 pub struct Reply {
@@ -54,6 +92,9 @@ pub struct Client {
     reader: FramedRead<BoxRead, AnyCodec>,
     writer: BoxWrite,
     out: Vec<u8>,
+    shape: Shape,
+    // The padding of every request's params, made once.
+    pad: String,
     // None for a connection to a server that runs elsewhere (see `Client::over`).
     server: Option<JoinHandle<()>>,
 }
@@ -67,8 +108,10 @@ impl std::fmt::Debug for Client {
 }
 
 impl Client {
-    /// Start `target` on a new connection over `transport` (on the current runtime) and connect to it.
-    pub fn connect(target: &Target, transport: Transport) -> io::Result<Self> {
+    /// Start `target` on a new connection over `transport` (on the current runtime) and connect to it. `need` is the
+    /// most requests the workload will have in flight at once (a peer configured for the real need sets its limit to
+    /// it).
+    pub fn connect(target: &Target, transport: Transport, need: usize) -> io::Result<Self> {
         let ((server_read, server_write), (client_read, client_write)) = match transport {
             Transport::Duplex => {
                 let (a, b) = tokio::io::duplex(64 * 1024);
@@ -79,7 +122,7 @@ impl Client {
                 (boxed(a), boxed(b))
             }
         };
-        let server = tokio::spawn((target.serve)(server_read, server_write));
+        let server = tokio::spawn((target.serve)(server_read, server_write, need));
         Ok(Self {
             server: Some(server),
             ..Self::over(target.protocol, client_read, client_write)
@@ -93,8 +136,17 @@ impl Client {
             reader: FramedRead::new(reader, AnyCodec::new(protocol)),
             writer,
             out: Vec::with_capacity(1 << 20),
+            shape: Shape::default(),
+            pad: String::new(),
             server: None,
         }
+    }
+
+    /// Write every later request in `shape`.
+    pub fn with_shape(mut self, shape: Shape) -> Self {
+        self.pad = "x".repeat(shape.pad);
+        self.shape = shape;
+        self
     }
 
     /// A client over a socket (or any stream) already connected to a server that runs elsewhere.
@@ -135,7 +187,14 @@ impl Client {
     /// Queue a unit of work whose handler's guard is tagged with `tag` (a constant tag keeps
     /// [`probe`](crate::probe)'s record of stopped handlers to one entry, however many are cancelled).
     pub fn queue_work_tagged(&mut self, id: u64, ms: u64, tag: u64) {
-        let args = json!({ "ms": ms, "tag": tag });
+        let mut args = json!({ "ms": ms, "tag": tag });
+        if self.shape.yields {
+            args["yields"] = Value::Bool(true);
+        }
+        if self.shape.pad > 0 {
+            args["pad"] = Value::from(self.pad.as_str());
+        }
+        let id = self.shape.id(id);
         let message = match self.protocol {
             Protocol::Lsp => {
                 json!({ "jsonrpc": "2.0", "id": id, "method": "bench/work", "params": args })
@@ -162,11 +221,11 @@ impl Client {
     pub fn queue_cancel(&mut self, id: u64) {
         let message = match self.protocol {
             Protocol::Lsp => {
-                json!({ "jsonrpc": "2.0", "method": "$/cancelRequest", "params": { "id": id } })
+                json!({ "jsonrpc": "2.0", "method": "$/cancelRequest", "params": { "id": self.shape.id(id) } })
             }
             Protocol::Mcp => json!({
                 "jsonrpc": "2.0", "method": "notifications/cancelled",
-                "params": { "requestId": id, "reason": "benchmark" },
+                "params": { "requestId": self.shape.id(id), "reason": "benchmark" },
             }),
         };
         self.queue(&message);
@@ -292,7 +351,11 @@ fn parse(frame: Option<io::Result<Result<BytesMut, FrameError>>>) -> io::Result<
     if frame.method.is_some() {
         return Ok(None);
     }
-    let id = frame.id.as_ref().and_then(Value::as_u64);
+    // A string id is the shape's UUID form, its last group the request's number.
+    let id = frame.id.as_ref().and_then(|id| match id {
+        Value::String(id) => id.rsplit('-').next()?.parse().ok(),
+        id => id.as_u64(),
+    });
     Ok(id.map(|id| Reply {
         id,
         is_error: frame.error.is_some(),

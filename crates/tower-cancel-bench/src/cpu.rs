@@ -40,7 +40,8 @@ pub async fn throughput(
     total: u64,
     spin_us: u64,
 ) -> io::Result<f64> {
-    let mut client = Client::connect(target, Transport::Duplex)?;
+    // Only tower-cancel's own targets serve `bench/spin`; they have no limit to set.
+    let mut client = Client::connect(target, Transport::Duplex, window)?;
     client.handshake().await?;
     let (mut sent, mut done, mut in_flight) = (0u64, 0u64, 0usize);
     let start = Instant::now();
@@ -64,8 +65,8 @@ pub async fn throughput(
 }
 
 /// Cancel latencies of a held request (`bench/work` sleeping an hour) while `busy` requests computing `spin_us`
-/// each stay in flight on the same connection (each one answered is replaced at once): from the `$/cancelRequest`
-/// frame written to the cancelled reply read. One cancel at a time, after at least `busy` replies since the last
+/// each stay in flight on the same connection (each one answered is replaced at once): from just before the
+/// `$/cancelRequest` frame, already serialized, is written, to the cancelled reply read. One cancel at a time, after at least `busy` replies since the last
 /// one, so that every cancel meets the same load; each cancelled request is replaced.
 pub async fn cancel_latency(
     target: &Target,
@@ -73,7 +74,8 @@ pub async fn cancel_latency(
     samples: usize,
     spin_us: u64,
 ) -> io::Result<Latencies> {
-    let mut client = Client::connect(target, Transport::Duplex)?;
+    // The busy requests, the held one and its marker.
+    let mut client = Client::connect(target, Transport::Duplex, busy + 2)?;
     client.handshake().await?;
     let mut latencies = Latencies::default();
     let mut next_id = 1;

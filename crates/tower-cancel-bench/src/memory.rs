@@ -1,8 +1,9 @@
-//! Heap bytes in use, counted by the harness binary's allocator.
+//! Heap bytes in use, counted by the allocator of the binaries that install it (`heap_bytes` and `soak`; the
+//! harness itself does not: see [`crate::bytes`]).
 
 use stats_alloc::{StatsAlloc, INSTRUMENTED_SYSTEM};
 
-/// The allocator the harness installs (in its `main.rs`) so that [`in_use`] counts.
+/// The allocator a binary installs (`#[global_allocator]`) so that [`in_use`] counts.
 pub static ALLOCATOR: &StatsAlloc<std::alloc::System> = &INSTRUMENTED_SYSTEM;
 
 /// Heap bytes allocated and not yet freed, by the whole process (0 if the counting allocator is not installed).

@@ -1,7 +1,12 @@
-//! tower-cancel's own targets: the bare driver (no cancel layers) and the full stack, for LSP and MCP; and the LSP
-//! stack with each request on a task of its own ([`Server::spawn_requests`]), alone or over a concurrency limit.
+//! tower-cancel's own targets: the bare driver (no cancel layers) and the full stack, for LSP and MCP; the LSP
+//! stack with a timeout, and with a handler that keeps its request; and the LSP stack with each request on a task of
+//! its own ([`Server::spawn_requests`]), alone or over a concurrency limit.
+//!
+//! None of them has a concurrency limit to configure, so they ignore the workload's need (see [`Serve`]).
+//!
+//! [`Serve`]: crate::target::Serve
 
-use std::future::Future;
+use std::{future::Future, time::Duration};
 
 use serde_json::{json, Value};
 use tower::{service_fn, Layer, Service, ServiceBuilder};
@@ -26,6 +31,21 @@ pub const LSP_STACK: Target = Target {
     name: "tower-cancel (LSP)",
     protocol: Protocol::Lsp,
     serve: serve_lsp_stack,
+};
+
+/// The LSP driver with `CancelStack::lsp().timeout(30 s)`: a timer armed for every request.
+pub const LSP_STACK_TIMEOUT: Target = Target {
+    name: "tower-cancel (LSP), timeout 30 s",
+    protocol: Protocol::Lsp,
+    serve: serve_lsp_stack_timeout,
+};
+
+/// The LSP driver with `CancelStack::lsp()` over [`handle_keeping`]: the handler idiom most users write, whose
+/// future keeps the request (its method, id and params) until it answers.
+pub const LSP_STACK_KEEPING: Target = Target {
+    name: "tower-cancel (LSP), handler keeps the request",
+    protocol: Protocol::Lsp,
+    serve: serve_lsp_stack_keeping,
 };
 
 /// The LSP driver with `CancelStack::lsp()`, each request on a task of its own.
@@ -60,6 +80,18 @@ pub const MCP_STACK: Target = Target {
     serve: serve_mcp_stack,
 };
 
+/// Every target of this module, to find one by name ([`crate::target::by_name`]).
+pub const ALL: &[Target] = &[
+    LSP_BARE,
+    LSP_STACK,
+    LSP_STACK_TIMEOUT,
+    LSP_STACK_KEEPING,
+    LSP_STACK_SPAWNED,
+    LSP_STACK_SPAWNED_LIMITED,
+    MCP_BARE,
+    MCP_STACK,
+];
+
 /// What a request asks for, read from it before any waiting.
 enum Job {
     Answer(Value),
@@ -89,6 +121,25 @@ pub fn handle(req: Request) -> impl Future<Output = Result<Value, BoxError>> + S
             }
         }
     }
+}
+
+/// The same handler written the way most users write one: the future moves the request in and reads it there, so
+/// the request stays alive (and in memory) until the answer. [`handle`] is the leaner idiom, which lets it go first.
+pub async fn handle_keeping(req: Request) -> Result<Value, BoxError> {
+    let answer = match job(&req)? {
+        Job::Answer(value) => value,
+        Job::Work(params, result) => {
+            work(params).await;
+            result()
+        }
+        Job::Spin(us) => {
+            burn(Duration::from_micros(us));
+            json!("done")
+        }
+    };
+    // The request lives to here, as it does in a handler that reads it after its first await.
+    drop(req);
+    Ok(answer)
 }
 
 fn job(req: &Request) -> Result<Job, BoxError> {
@@ -131,7 +182,7 @@ pub async fn handle_bare(req: Request) -> Result<Option<Response>, BoxError> {
     Ok(id.map(|id| Response::ok(id, result)))
 }
 
-fn serve_lsp_bare(reader: BoxRead, writer: BoxWrite) -> ServeFuture {
+fn serve_lsp_bare(reader: BoxRead, writer: BoxWrite, _need: usize) -> ServeFuture {
     serve(
         service_fn(handle_bare),
         reader,
@@ -141,17 +192,29 @@ fn serve_lsp_bare(reader: BoxRead, writer: BoxWrite) -> ServeFuture {
     )
 }
 
-fn serve_lsp_stack(reader: BoxRead, writer: BoxWrite) -> ServeFuture {
+fn serve_lsp_stack(reader: BoxRead, writer: BoxWrite, _need: usize) -> ServeFuture {
     let service = CancelStack::lsp().layer(service_fn(handle));
     serve(service, reader, writer, Framing::ContentLength, false)
 }
 
-fn serve_lsp_stack_spawned(reader: BoxRead, writer: BoxWrite) -> ServeFuture {
+fn serve_lsp_stack_timeout(reader: BoxRead, writer: BoxWrite, _need: usize) -> ServeFuture {
+    let service = CancelStack::lsp()
+        .timeout(Duration::from_secs(30))
+        .layer(service_fn(handle));
+    serve(service, reader, writer, Framing::ContentLength, false)
+}
+
+fn serve_lsp_stack_keeping(reader: BoxRead, writer: BoxWrite, _need: usize) -> ServeFuture {
+    let service = CancelStack::lsp().layer(service_fn(handle_keeping));
+    serve(service, reader, writer, Framing::ContentLength, false)
+}
+
+fn serve_lsp_stack_spawned(reader: BoxRead, writer: BoxWrite, _need: usize) -> ServeFuture {
     let service = CancelStack::lsp().layer(service_fn(handle));
     serve(service, reader, writer, Framing::ContentLength, true)
 }
 
-fn serve_lsp_stack_spawned_limited(reader: BoxRead, writer: BoxWrite) -> ServeFuture {
+fn serve_lsp_stack_spawned_limited(reader: BoxRead, writer: BoxWrite, _need: usize) -> ServeFuture {
     let service = ServiceBuilder::new()
         .layer(CancelStack::lsp())
         .concurrency_limit(SPAWNED_LIMIT)
@@ -159,7 +222,7 @@ fn serve_lsp_stack_spawned_limited(reader: BoxRead, writer: BoxWrite) -> ServeFu
     serve(service, reader, writer, Framing::ContentLength, true)
 }
 
-fn serve_mcp_bare(reader: BoxRead, writer: BoxWrite) -> ServeFuture {
+fn serve_mcp_bare(reader: BoxRead, writer: BoxWrite, _need: usize) -> ServeFuture {
     serve(
         service_fn(handle_bare),
         reader,
@@ -169,7 +232,7 @@ fn serve_mcp_bare(reader: BoxRead, writer: BoxWrite) -> ServeFuture {
     )
 }
 
-fn serve_mcp_stack(reader: BoxRead, writer: BoxWrite) -> ServeFuture {
+fn serve_mcp_stack(reader: BoxRead, writer: BoxWrite, _need: usize) -> ServeFuture {
     let service = CancelStack::mcp().layer(service_fn(handle));
     serve(service, reader, writer, Framing::Ndjson, false)
 }

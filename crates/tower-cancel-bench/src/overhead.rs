@@ -1,50 +1,166 @@
 //! In-process cost of the layers: one call of a trivial service, bare and wrapped, without any connection.
+//!
+//! Three shapes of handler and request, each with its own bare service to be compared with:
+//! - the plain one: a numeric id, small params, a handler ready on its first poll. It flatters a stack: a handler
+//!   that is ready at once never has the stack register its waker nor arm its timer;
+//! - a handler that awaits once (`tokio::task::yield_now`) before answering, as real handlers do, with and without a
+//!   timeout: the stack registers the waker, the timeout arms its timer;
+//! - a string id (a UUID's 36 characters, as MCP clients send them) and 4 KiB params.
 
-use std::{future::Future, time::Duration};
+use std::{
+    future::Future,
+    pin::pin,
+    sync::Arc,
+    task::{Context, Poll, Wake, Waker},
+    time::Duration,
+};
 
-use futures_util::{future, FutureExt};
+use futures_util::future;
 use serde_json::{value::RawValue, Value};
 use tower::{service_fn, Layer, Service};
 use tower_cancel::{
-    dialect::Lsp, BoxError, CancelLayer, CancelStack, CascadeLayer, ErrorMapLayer, Id, Request,
-    Response, TimeoutLayer,
+    bus::{LocalBus, Replica},
+    dialect::{Lsp, Mcp},
+    BoxError, CancelLayer, CancelStack, CascadeLayer, ErrorMapLayer, Id, Outbox, Request, Response,
+    Scope, TimeoutLayer,
 };
 
-/// One way of serving a request: called with the request's id, it makes the request, calls the service and checks
-/// that the answer came at once.
-pub type Variant = Box<dyn FnMut(i64)>;
+/// One way of serving a request: called with the request's id, it makes the request, calls the service and polls
+/// the answer to the end.
+pub type Call = Box<dyn FnMut(i64)>;
 
-/// The variants measured, by name: the request alone, the bare service, each layer alone, the full stack.
-pub fn variants() -> Vec<(&'static str, Variant)> {
+/// A variant measured.
+pub struct Variant {
+    /// The name in the tables.
+    pub name: &'static str,
+    /// The index of the variant it adds to (its bare service), if it is not one itself.
+    pub baseline: Option<usize>,
+    /// One call.
+    pub call: Call,
+}
+
+impl std::fmt::Debug for Variant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Variant")
+            .field("name", &self.name)
+            .field("baseline", &self.baseline)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The index of the plain bare service among [`variants`].
+pub const BARE: usize = 1;
+/// The index of the full default stack over the plain handler.
+pub const STACK: usize = 6;
+/// The index of the bare service over a handler that awaits once.
+pub const BARE_YIELDING: usize = 8;
+/// The index of the full default stack over a handler that awaits once.
+pub const STACK_YIELDING: usize = 9;
+/// The index of the MCP stack over requests of a session's exchange.
+pub const STACK_EXCHANGE: usize = 11;
+/// The index of the same with the session's scope attached to a replica.
+pub const STACK_EXCHANGE_REPLICA: usize = 12;
+/// The index of the bare service over requests with a string id and 4 KiB params.
+pub const BARE_STRING_ID: usize = 13;
+
+/// The variants measured: the request alone, then for each shape its bare service followed by the layers or stacks
+/// over it.
+pub fn variants() -> Vec<Variant> {
+    let timeout = || TimeoutLayer::new(Duration::from_secs(30));
+    let with = |name, baseline, call| Variant {
+        name,
+        baseline,
+        call,
+    };
     vec![
-        ("making the request only", Box::new(|id| drop(request(id)))),
-        ("bare service", variant(service_fn(bare))),
-        (
+        with(
+            "making the request only",
+            None,
+            Box::new(|id| drop(request(id))),
+        ),
+        with("bare service", None, call(service_fn(bare), request)),
+        with(
             "CancelLayer alone",
-            variant(CancelLayer::new(Lsp).layer(service_fn(trivial))),
+            Some(BARE),
+            call(CancelLayer::new(Lsp).layer(service_fn(trivial)), request),
         ),
-        (
+        with(
             "TimeoutLayer (30 s) alone",
-            variant(TimeoutLayer::new(Duration::from_secs(30)).layer(service_fn(trivial))),
+            Some(BARE),
+            call(timeout().layer(service_fn(trivial)), request),
         ),
-        (
+        with(
             "CascadeLayer alone",
-            variant(CascadeLayer::new().layer(service_fn(trivial))),
+            Some(BARE),
+            call(CascadeLayer::new().layer(service_fn(trivial)), request),
         ),
-        (
+        with(
             "ErrorMapLayer alone",
-            variant(ErrorMapLayer::new(Lsp).layer(service_fn(trivial))),
+            Some(BARE),
+            call(ErrorMapLayer::new(Lsp).layer(service_fn(trivial)), request),
         ),
-        (
+        with(
             "CancelStack::lsp() (full default stack)",
-            variant(CancelStack::lsp().layer(service_fn(trivial))),
+            Some(BARE),
+            call(CancelStack::lsp().layer(service_fn(trivial)), request),
         ),
-        (
+        with(
             "CancelStack::lsp().timeout(30 s)",
-            variant(
+            Some(BARE),
+            call(
                 CancelStack::lsp()
                     .timeout(Duration::from_secs(30))
                     .layer(service_fn(trivial)),
+                request,
+            ),
+        ),
+        with(
+            "bare service, handler awaits once",
+            None,
+            call(service_fn(bare_yielding), request),
+        ),
+        with(
+            "CancelStack::lsp(), handler awaits once",
+            Some(BARE_YIELDING),
+            call(CancelStack::lsp().layer(service_fn(yielding)), request),
+        ),
+        with(
+            "CancelStack::lsp().timeout(30 s), handler awaits once",
+            Some(BARE_YIELDING),
+            call(
+                CancelStack::lsp()
+                    .timeout(Duration::from_secs(30))
+                    .layer(service_fn(yielding)),
+                request,
+            ),
+        ),
+        with(
+            "CancelStack::mcp(), requests on an HTTP session's exchange",
+            Some(BARE),
+            call(
+                CancelStack::mcp().layer(service_fn(trivial)),
+                on_exchange(None),
+            ),
+        ),
+        with(
+            "the same, the session's scope attached to a replica (cross-replica bus)",
+            Some(BARE),
+            call(
+                CancelStack::mcp().layer(service_fn(trivial)),
+                on_exchange(Some(LocalBus::new().replica("bench"))),
+            ),
+        ),
+        with(
+            "bare service, string id and 4 KiB params",
+            None,
+            call(service_fn(bare), request_string_id_4k),
+        ),
+        with(
+            "CancelStack::lsp(), string id and 4 KiB params",
+            Some(BARE_STRING_ID),
+            call(
+                CancelStack::lsp().layer(service_fn(trivial)),
+                request_string_id_4k,
             ),
         ),
     ]
@@ -54,6 +170,35 @@ pub fn variants() -> Vec<(&'static str, Variant)> {
 pub fn request(id: i64) -> Request {
     let params = RawValue::from_string(r#"{"ms":0,"tag":1}"#.to_owned()).expect("valid JSON");
     Request::from_parts(Some(Id::Number(id)), "bench/work".to_owned(), Some(params))
+}
+
+/// Requests as an HTTP front end makes them: prepared on an exchange of a session's scope, attached to `replica`
+/// when one is given. A request that is never cancelled should not pay for the attachment: only a cancel that
+/// misses locally looks at it.
+fn on_exchange(replica: Option<Replica>) -> impl FnMut(i64) -> Request {
+    let scope = Scope::with_dialect(Mcp);
+    let scope = match &replica {
+        Some(replica) => replica.scope("mcp:session:bench", scope),
+        None => scope,
+    };
+    let exchange = scope.exchange(Outbox::closed());
+    move |id| {
+        // The replica lives as long as the requests are made.
+        let _ = &replica;
+        let mut request = self::request(id);
+        exchange.prepare(&mut request);
+        request
+    }
+}
+
+/// A request with a string id of a UUID's form and 4 KiB of params, as an MCP client's `tools/call` with a document
+/// in its arguments.
+pub fn request_string_id_4k(id: i64) -> Request {
+    let pad = "x".repeat(4096);
+    let params =
+        RawValue::from_string(format!(r#"{{"ms":0,"tag":1,"pad":"{pad}"}}"#)).expect("valid JSON");
+    let id = Id::String(format!("6f1c2d3e-0b7a-4c1d-9e2f-{id:012}"));
+    Request::from_parts(Some(id), "bench/work".to_owned(), Some(params))
 }
 
 fn trivial(_req: Request) -> future::Ready<Result<Value, BoxError>> {
@@ -67,17 +212,43 @@ fn bare(req: Request) -> future::Ready<Result<Option<Response>, BoxError>> {
         .map(|id| Response::ok(id, Value::Bool(true)))))
 }
 
-fn variant<S>(mut service: S) -> Variant
+async fn yielding(req: Request) -> Result<Value, BoxError> {
+    drop(req);
+    tokio::task::yield_now().await;
+    Ok(Value::Bool(true))
+}
+
+async fn bare_yielding(req: Request) -> Result<Option<Response>, BoxError> {
+    let id = req.id().cloned();
+    drop(req);
+    tokio::task::yield_now().await;
+    Ok(id.map(|id| Response::ok(id, Value::Bool(true))))
+}
+
+/// A waker that does nothing but is a real one (an `Arc`), so that registering it costs what a task's waker does.
+struct Nudge;
+
+impl Wake for Nudge {
+    fn wake(self: Arc<Self>) {}
+}
+
+fn call<S>(mut service: S, mut make: impl FnMut(i64) -> Request + 'static) -> Call
 where
     S: Service<Request> + 'static,
     S::Future: Future<Output = Result<S::Response, S::Error>>,
     S::Error: std::fmt::Debug,
 {
+    let waker = Waker::from(Arc::new(Nudge));
     Box::new(move |id| {
-        let call = service.call(request(id));
-        let answer = call
-            .now_or_never()
-            .expect("a trivial service answers at once");
+        let mut answer = pin!(service.call(make(id)));
+        let mut cx = Context::from_waker(&waker);
+        // `yield_now` outside a runtime's scheduler wakes at once and is ready on its next poll, so this polls a
+        // yielding handler twice and a trivial one once.
+        let answer = loop {
+            if let Poll::Ready(answer) = answer.as_mut().poll(&mut cx) {
+                break answer;
+            }
+        };
         std::hint::black_box(answer.expect("the trivial service succeeds"));
     })
 }

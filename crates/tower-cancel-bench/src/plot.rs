@@ -4,7 +4,7 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
-/// One line of the plot: a target's p99 cancel latency (µs) at each count of requests in flight.
+/// One line of the plot: a target's p99 cancel latency (µs, the mean of its rounds) at each count of requests in flight.
 #[derive(Clone, Debug)]
 pub struct Series {
     /// The target's name.
@@ -27,7 +27,7 @@ pub fn cancel_latency(path: &Path, series: &[Series]) -> Result<(), Box<dyn std:
     root.fill(&WHITE)?;
     let mut chart = ChartBuilder::on(&root)
         .caption(
-            "Cancel latency p99 against requests in flight (lower is better)",
+            "Cancel latency p99 (mean of the rounds) against requests in flight (lower is better)",
             ("sans-serif", 20),
         )
         .margin(16)

@@ -101,11 +101,18 @@ pub struct WorkParams {
     /// Which request this is, for [`take_stop`].
     #[serde(default)]
     pub tag: u64,
+    /// Whether the handler awaits once before its work: a handler ready on its first poll never has the stack
+    /// arm a waker or a timer, one that awaits does (as real handlers do).
+    #[serde(default)]
+    pub yields: bool,
 }
 
-/// The work itself: sleep `ms` (nothing for 0) while holding the guard.
+/// The work itself: await once if asked, then sleep `ms` (nothing for 0), all the while holding the guard.
 pub async fn work(params: WorkParams) {
     let guard = Work::start(params.tag);
+    if params.yields {
+        tokio::task::yield_now().await;
+    }
     if params.ms > 0 {
         tokio::time::sleep(Duration::from_millis(params.ms)).await;
     }

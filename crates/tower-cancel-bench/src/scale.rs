@@ -1,4 +1,7 @@
 //! Many requests held at once, in process: the bytes each costs, and what one cancel costs among them.
+//!
+//! The times ([`measure`]) are taken in the harness, whose allocator does not count; the bytes
+//! ([`bytes_per_request`]) in the `heap_bytes` binary, whose allocator does ([`crate::bytes`]).
 
 use std::{
     future::Future,
@@ -19,10 +22,6 @@ use crate::{memory, overhead::request};
 pub struct Scale {
     /// Requests held.
     pub held: usize,
-    /// Heap bytes per held request with the bare service (its future, which keeps the request).
-    pub bare_bytes: f64,
-    /// Heap bytes per held request with the full stack.
-    pub stack_bytes: f64,
     /// Time to call and first poll all of them through the stack.
     pub hold_time: Duration,
     /// Cancels of single requests (cancel notification called, then the cancelled reply taken).
@@ -35,28 +34,11 @@ pub struct Scale {
 
 /// Hold `held` requests whose handlers never finish, then cancel `samples` of them one by one and the rest at once.
 pub fn measure(held: usize, samples: usize) -> Scale {
-    // Both handlers keep their request, as a real handler does, so that the difference is the stack's own.
-    let bare_bytes = bytes_per_request(
-        service_fn(|req: Request| {
-            future::pending::<()>().map(move |()| {
-                let id = req.id().cloned();
-                Ok::<_, BoxError>(id.map(|id| Response::ok(id, Value::Null)))
-            })
-        }),
-        held,
-    );
-
     let registry = Registry::new();
     let mut stack = CancelStack::lsp()
         .registry(registry.clone())
-        .layer(service_fn(|req: Request| {
-            future::pending::<()>().map(move |()| {
-                drop(req);
-                Ok::<_, BoxError>(Value::Null)
-            })
-        }));
+        .layer(service_fn(held_forever));
     let mut slots = Vec::with_capacity(held);
-    let before = memory::in_use();
     let start = Instant::now();
     for id in 0..held {
         let mut call = Box::pin(stack.call(request(id as i64)));
@@ -64,7 +46,6 @@ pub fn measure(held: usize, samples: usize) -> Scale {
         slots.push(Some(call));
     }
     let hold_time = start.elapsed();
-    let stack_bytes = (memory::in_use() - before) as f64 / held as f64;
 
     let mut cancel_one = Vec::with_capacity(samples);
     for sample in 0..samples.min(held) {
@@ -93,8 +74,6 @@ pub fn measure(held: usize, samples: usize) -> Scale {
     let cancel_all = start.elapsed();
     Scale {
         held,
-        bare_bytes,
-        stack_bytes,
         hold_time,
         cancel_one,
         cancel_all,
@@ -102,7 +81,34 @@ pub fn measure(held: usize, samples: usize) -> Scale {
     }
 }
 
-fn bytes_per_request<S>(mut service: S, held: usize) -> f64
+/// The handler of the stack: never finishes, keeps its request (as a real handler does, and as the bare one does,
+/// so that the difference between the two is the stack's own).
+fn held_forever(req: Request) -> impl Future<Output = Result<Value, BoxError>> {
+    future::pending::<()>().map(move |()| {
+        drop(req);
+        Ok(Value::Null)
+    })
+}
+
+/// The bare service's handler: as [`held_forever`], answering with a response of its own.
+fn bare_held_forever(req: Request) -> impl Future<Output = Result<Option<Response>, BoxError>> {
+    future::pending::<()>().map(move |()| {
+        let id = req.id().cloned();
+        Ok(id.map(|id| Response::ok(id, Value::Null)))
+    })
+}
+
+/// Heap bytes per request held in process, `held` of them, through `CancelStack::lsp()` or (`stack` false) the
+/// bare service. It means something only in a process whose allocator counts (the `heap_bytes` binary).
+pub fn bytes_per_request(stack: bool, held: usize) -> f64 {
+    if stack {
+        bytes_held(CancelStack::lsp().layer(service_fn(held_forever)), held)
+    } else {
+        bytes_held(service_fn(bare_held_forever), held)
+    }
+}
+
+fn bytes_held<S>(mut service: S, held: usize) -> f64
 where
     S: Service<Request>,
 {

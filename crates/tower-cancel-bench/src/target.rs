@@ -4,8 +4,9 @@
 //!
 //! LSP targets (`Content-Length` framing):
 //! - `initialize` (id 0) answers with any result, then the `initialized` notification arrives.
-//! - `bench/work` with params `{"ms": u64, "tag": u64}`: holds a [`Work`](crate::probe::Work) guard for `tag`, sleeps
-//!   `ms` milliseconds (none for 0), then answers `"done"`.
+//! - `bench/work` with params `{"ms": u64, "tag": u64, "yields": bool}`: holds a [`Work`](crate::probe::Work) guard
+//!   for `tag`, awaits once if `yields` (a handler that is not ready on its first poll), sleeps `ms` milliseconds
+//!   (none for 0), then answers `"done"`. Other params (the 4 KiB `pad` of some workloads) are ignored.
 //! - `$/cancelRequest` `{"id": n}` cancels request `n` the way the target does it (each peer's own mechanism).
 //! - `bench/spin` with params `{"us": u64}` (tower-cancel's own targets only, for figure 6): computes for `us`
 //!   microseconds without awaiting, then answers `"done"`.
@@ -26,6 +27,10 @@ pub type BoxRead = Pin<Box<dyn AsyncRead + Send>>;
 pub type BoxWrite = Pin<Box<dyn AsyncWrite + Send>>;
 /// A target serving one connection until the client closes it.
 pub type ServeFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
+/// Serves one connection. The `usize` is the most requests the workload will ever have in flight at once on it: a
+/// peer configured for the work's real need sets its concurrency limit to that (ours, which has no such limit, and
+/// the peers at their default settings ignore it).
+pub type Serve = fn(BoxRead, BoxWrite, usize) -> ServeFuture;
 
 /// Which workload a target serves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -44,5 +49,15 @@ pub struct Target {
     /// The workload it serves.
     pub protocol: Protocol,
     /// Serves one connection.
-    pub serve: fn(BoxRead, BoxWrite) -> ServeFuture,
+    pub serve: Serve,
+}
+
+/// Every target of the harness, ours and the peers', to find one by its name (the bytes binary is told targets by
+/// name).
+pub fn by_name(name: &str) -> Option<Target> {
+    crate::ours::ALL
+        .iter()
+        .chain(crate::peers::ALL)
+        .find(|target| target.name == name)
+        .copied()
 }

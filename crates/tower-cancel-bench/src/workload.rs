@@ -7,7 +7,7 @@ use std::{
 };
 
 use crate::{
-    client::{Client, Transport, HELD_MS},
+    client::{Client, Shape, Transport, HELD_MS},
     memory, probe,
     target::{Protocol, Target},
 };
@@ -24,17 +24,20 @@ pub struct Throughput {
     pub errors: u64,
 }
 
-/// Run `total` requests with at most `window` in flight. With `cancel_every = Some(n)`, every n-th request is held
-/// by its handler and cancelled right after it is sent (MCP answers nothing to those: they count as done when the
-/// cancel is written).
+/// Run `total` requests of `shape` with at most `window` in flight. With `cancel_every = Some(n)`, every n-th
+/// request is held by its handler and cancelled right after it is sent (MCP answers nothing to those: they count as
+/// done when the cancel is written).
 pub async fn throughput(
     target: &Target,
     transport: Transport,
     window: usize,
     total: u64,
     cancel_every: Option<u64>,
+    shape: Shape,
 ) -> io::Result<Throughput> {
-    let mut client = Client::connect(target, transport)?;
+    // At most `window` requests are in flight: a held one counts until its cancelled reply (LSP), and an MCP one is
+    // cancelled before the next is sent.
+    let mut client = Client::connect(target, transport, window)?.with_shape(shape);
     client.handshake().await?;
     let (mut sent, mut done, mut in_flight, mut errors) = (0u64, 0u64, 0usize, 0u64);
     let start = Instant::now();
@@ -81,15 +84,20 @@ pub struct Latencies {
     pub samples: Vec<Duration>,
     /// Cancels that got no answer within the patience.
     pub missed: usize,
-    /// Heap bytes in use per request held, the client's included (it is the same for every target).
-    pub bytes_per_request: f64,
     /// Whether the target returned within 10 s of the connection closing with everything in flight.
     pub closed_cleanly: bool,
 }
 
-/// Hold `in_flight` requests, then cancel `samples` of them one at a time, oldest first, measuring from the cancel
-/// frame written to the cancelled reply read (MCP, which answers nothing: to the handler stopped). Each cancelled
-/// request is replaced, so that the count in flight stays the same.
+/// The most requests [`cancel_latency`] and [`held_bytes`] have in flight at once with `in_flight` held: those, and
+/// one trivial request behind them (the barrier that shows they were all read).
+pub fn need_when_holding(in_flight: u64) -> usize {
+    in_flight as usize + 1
+}
+
+/// Hold `in_flight` requests, then cancel `samples` of them one at a time, oldest first. Each sample runs from just
+/// before the cancel frame, already serialized, is written, to the cancelled reply read (MCP, which answers nothing:
+/// to the handler stopped); the clock starts at the same point for every target. Each cancelled request is replaced,
+/// so that the count in flight stays the same.
 pub async fn cancel_latency(
     target: &Target,
     transport: Transport,
@@ -97,11 +105,10 @@ pub async fn cancel_latency(
     samples: usize,
 ) -> io::Result<Latencies> {
     probe::clear();
-    let mut client = Client::connect(target, transport)?;
+    let mut client = Client::connect(target, transport, need_when_holding(in_flight))?;
     client.handshake().await?;
     let mut held = VecDeque::with_capacity(in_flight as usize + samples);
     let mut next_id = 1;
-    let before = memory::in_use();
     for _ in 0..in_flight {
         client.queue_work(next_id, HELD_MS);
         held.push_back(next_id);
@@ -113,14 +120,13 @@ pub async fn cancel_latency(
     client.barrier(next_id).await?;
     next_id += 1;
     let mut latencies = Latencies {
-        bytes_per_request: (memory::in_use() as f64 - before as f64) / in_flight as f64,
         samples: Vec::with_capacity(samples),
         ..Latencies::default()
     };
     for _ in 0..samples {
         let id = held.pop_front().expect("requests are replaced");
-        let start = Instant::now();
         client.queue_cancel(id);
+        let start = Instant::now();
         client.flush().await?;
         let answered = match target.protocol {
             Protocol::Lsp => tokio::time::timeout(CANCEL_PATIENCE, client.wait_for(id))
@@ -143,4 +149,25 @@ pub async fn cancel_latency(
     }
     latencies.closed_cleanly = client.close(Duration::from_secs(10)).await;
     Ok(latencies)
+}
+
+/// Heap bytes per request held: `in_flight` requests held by their handlers over one connection to `target`, the
+/// whole process's heap growth from before the connection is made (so what a server reserves when a connection
+/// starts counts too) to when the server has read them all, divided by their number. The client's share (its
+/// buffers, its half of the connection) is in it, the same for every target. It means something only in a process
+/// whose allocator counts: the `heap_bytes` binary ([`crate::bytes`]).
+pub async fn held_bytes(target: &Target, transport: Transport, in_flight: u64) -> io::Result<f64> {
+    let before = memory::in_use();
+    let mut client = Client::connect(target, transport, need_when_holding(in_flight))?;
+    client.handshake().await?;
+    for id in 1..=in_flight {
+        client.queue_work(id, HELD_MS);
+        if client.queued() > 32 * 1024 {
+            client.flush().await?;
+        }
+    }
+    client.barrier(in_flight + 1).await?;
+    let bytes = (memory::in_use() - before) as f64 / in_flight as f64;
+    client.close(Duration::from_secs(10)).await;
+    Ok(bytes)
 }

@@ -5,9 +5,14 @@
 //!
 //! # Configuration
 //!
-//! The `ConcurrencyLayer` limit is [`CONCURRENCY`] (`1 << 20`) instead of the default (the number of CPUs), so the
-//! benchmark's requests in flight (up to a million) are never throttled by the peer. The layer preallocates its
-//! map of ongoing requests for twice its limit, so each connection reserves that much up front.
+//! Two ways, each a target of its own ([`crate::peers`]):
+//! - [`serve`]: the `ConcurrencyLayer` limit set to the work's real need, the most requests the workload ever has
+//!   in flight at once. The layer preallocates its map of ongoing requests for twice its limit when the connection
+//!   starts; a limit far above the need (2^20 before) reserved about 138 MB that no memory window saw, and spread
+//!   the map's entries over pages that stayed cold, slowing every insert;
+//! - [`serve_defaults`]: `ConcurrencyLayer::default()`, a limit of the number of CPUs, what most of its users run.
+//!   At the limit the main loop stops reading requests, so only workloads with fewer held requests can run
+//!   against it.
 //!
 //! # Cancellation
 //!
@@ -39,15 +44,6 @@ use crate::{
     target::{BoxRead, BoxWrite, ServeFuture},
 };
 
-/// The concurrency limit the peer is configured with: high enough never to throttle the benchmark.
-pub const CONCURRENCY: usize = 1 << 20;
-
-/// The same limit, checked non-zero at compile time.
-const LIMIT: NonZeroUsize = match NonZeroUsize::new(CONCURRENCY) {
-    Some(limit) => limit,
-    None => panic!("the concurrency limit must not be zero"),
-};
-
 /// The `bench/work` request, typed as the router wants it.
 enum BenchWork {}
 
@@ -63,6 +59,8 @@ struct BenchWorkParams {
     ms: u64,
     #[serde(default)]
     tag: u64,
+    #[serde(default)]
+    yields: bool,
 }
 
 impl From<BenchWorkParams> for WorkParams {
@@ -70,14 +68,25 @@ impl From<BenchWorkParams> for WorkParams {
         Self {
             ms: params.ms,
             tag: params.tag,
+            yields: params.yields,
         }
     }
 }
 
-/// Serves one connection with async-lsp until the client closes its side.
-pub fn serve(reader: BoxRead, writer: BoxWrite) -> ServeFuture {
+/// Serves one connection with async-lsp, its concurrency limit `need`, until the client closes its side.
+pub fn serve(reader: BoxRead, writer: BoxWrite, need: usize) -> ServeFuture {
+    let limit = NonZeroUsize::new(need).unwrap_or(NonZeroUsize::MIN);
+    serve_with(reader, writer, ConcurrencyLayer::new(limit))
+}
+
+/// Serves one connection with async-lsp at its default settings, until the client closes its side.
+pub fn serve_defaults(reader: BoxRead, writer: BoxWrite, _need: usize) -> ServeFuture {
+    serve_with(reader, writer, ConcurrencyLayer::default())
+}
+
+fn serve_with(reader: BoxRead, writer: BoxWrite, concurrency: ConcurrencyLayer) -> ServeFuture {
     Box::pin(async move {
-        let (server, _client) = MainLoop::new_server(|_client| {
+        let (server, _client) = MainLoop::new_server(move |_client| {
             let mut router = Router::new(());
             router
                 .request::<Initialize, _>(|_, _| async { Ok(InitializeResult::default()) })
@@ -90,7 +99,7 @@ pub fn serve(reader: BoxRead, writer: BoxWrite) -> ServeFuture {
             ServiceBuilder::new()
                 .layer(LifecycleLayer::default())
                 .layer(CatchUnwindLayer::default())
-                .layer(ConcurrencyLayer::new(LIMIT))
+                .layer(concurrency)
                 .service(router)
         });
         // `Err(Eof)` is how the main loop reports the client gone: the normal end here.

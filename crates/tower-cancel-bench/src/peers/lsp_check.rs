@@ -8,21 +8,15 @@ use tokio::io::{
     AsyncBufRead, AsyncBufReadExt, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader,
 };
 
-use crate::{
-    probe::wait_for_stop,
-    target::{BoxRead, BoxWrite, ServeFuture},
-};
+use crate::{probe::wait_for_stop, target::Serve};
 
 /// Runs the check against `serve`. `tag` must be this peer's own (the probe's records are global to the test
 /// process); `cancel_error` is the error object the peer answers a cancelled request with.
-pub(crate) async fn serves_work_cancel_and_eof(
-    serve: fn(BoxRead, BoxWrite) -> ServeFuture,
-    tag: u64,
-    cancel_error: Value,
-) {
+pub(crate) async fn serves_work_cancel_and_eof(serve: Serve, tag: u64, cancel_error: Value) {
     let (client, server) = tokio::io::duplex(1 << 16);
     let (sr, sw) = tokio::io::split(server);
-    let served = tokio::spawn(serve(Box::pin(sr), Box::pin(sw)));
+    // The check holds at most two requests at once.
+    let served = tokio::spawn(serve(Box::pin(sr), Box::pin(sw), 2));
     let (cr, mut cw) = tokio::io::split(client);
     let mut cr = BufReader::new(cr);
 

@@ -9,18 +9,32 @@ pub mod tower_lsp;
 
 use crate::target::{Protocol, Target};
 
-/// tower-lsp-server, the maintained fork of tower-lsp.
+/// tower-lsp-server, the maintained fork of tower-lsp, its concurrency level set to the work's real need.
 pub const TOWER_LSP: Target = Target {
     name: "tower-lsp-server 0.23",
     protocol: Protocol::Lsp,
     serve: tower_lsp::serve,
 };
 
-/// async-lsp.
+/// tower-lsp-server at its default settings (a concurrency level of 4).
+pub const TOWER_LSP_DEFAULTS: Target = Target {
+    name: "tower-lsp-server 0.23, defaults (limit 4)",
+    protocol: Protocol::Lsp,
+    serve: tower_lsp::serve_defaults,
+};
+
+/// async-lsp, its concurrency limit set to the work's real need.
 pub const ASYNC_LSP: Target = Target {
     name: "async-lsp 0.2",
     protocol: Protocol::Lsp,
     serve: async_lsp::serve,
+};
+
+/// async-lsp at its default settings (a concurrency limit of the number of CPUs).
+pub const ASYNC_LSP_DEFAULTS: Target = Target {
+    name: "async-lsp 0.2, defaults (limit = CPUs)",
+    protocol: Protocol::Lsp,
+    serve: async_lsp::serve_defaults,
 };
 
 /// rmcp, the official Rust SDK of MCP.
@@ -29,3 +43,12 @@ pub const RMCP: Target = Target {
     protocol: Protocol::Mcp,
     serve: rmcp::serve,
 };
+
+/// Every peer, to find one by name ([`crate::target::by_name`]).
+pub const ALL: &[Target] = &[
+    TOWER_LSP,
+    TOWER_LSP_DEFAULTS,
+    ASYNC_LSP,
+    ASYNC_LSP_DEFAULTS,
+    RMCP,
+];

@@ -36,8 +36,9 @@ use crate::{
     target::{BoxRead, BoxWrite, ServeFuture},
 };
 
-/// Serves one MCP connection with rmcp until the client closes its side.
-pub fn serve(reader: BoxRead, writer: BoxWrite) -> ServeFuture {
+/// Serves one MCP connection with rmcp until the client closes its side. rmcp has no concurrency limit (each request
+/// is a task of its own), so the workload's need is not used.
+pub fn serve(reader: BoxRead, writer: BoxWrite, _need: usize) -> ServeFuture {
     Box::pin(async move {
         // A handshake that fails (client gone before `initialized`) just ends the connection.
         if let Ok(running) = Bench.serve((reader, writer)).await {
@@ -123,7 +124,7 @@ mod tests {
     async fn serves_and_cancels() {
         let (client, server) = tokio::io::duplex(1 << 16);
         let (server_read, server_write) = tokio::io::split(server);
-        let served = tokio::spawn(serve(Box::pin(server_read), Box::pin(server_write)));
+        let served = tokio::spawn(serve(Box::pin(server_read), Box::pin(server_write), 2));
         let (client_read, mut client_write) = tokio::io::split(client);
         let mut lines = BufReader::new(client_read).lines();
 

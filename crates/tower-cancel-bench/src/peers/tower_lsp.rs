@@ -4,8 +4,12 @@
 //!
 //! # Configuration
 //!
-//! [`Server::concurrency_level`] is set to [`CONCURRENCY`] (`1 << 20`) instead of the default 4, so the
-//! benchmark's requests in flight (up to a million) are never throttled by the peer.
+//! Two ways, each a target of its own ([`crate::peers`]):
+//! - [`serve`]: [`Server::concurrency_level`] set to the work's real need, the most requests the workload ever has
+//!   in flight at once, so that the held requests are never queued behind the limit, and nothing is reserved for
+//!   requests that never come;
+//! - [`serve_defaults`]: the library's default level (4), what most of its users run. Past 4 requests in flight the
+//!   library stops reading, so only workloads with fewer held requests can run against it.
 //!
 //! # Cancellation
 //!
@@ -40,9 +44,6 @@ use crate::{
     target::{BoxRead, BoxWrite, ServeFuture},
 };
 
-/// The concurrency level the peer is configured with: high enough never to throttle the benchmark.
-pub const CONCURRENCY: usize = 1 << 20;
-
 /// The language server: no state, default capabilities.
 struct Bench;
 
@@ -64,8 +65,17 @@ impl Bench {
     }
 }
 
-/// Serves one connection with tower-lsp-server until the client closes its side.
-pub fn serve(reader: BoxRead, writer: BoxWrite) -> ServeFuture {
+/// Serves one connection with tower-lsp-server, its concurrency level `need`, until the client closes its side.
+pub fn serve(reader: BoxRead, writer: BoxWrite, need: usize) -> ServeFuture {
+    serve_at(reader, writer, Some(need))
+}
+
+/// Serves one connection with tower-lsp-server at its default settings, until the client closes its side.
+pub fn serve_defaults(reader: BoxRead, writer: BoxWrite, _need: usize) -> ServeFuture {
+    serve_at(reader, writer, None)
+}
+
+fn serve_at(reader: BoxRead, writer: BoxWrite, level: Option<usize>) -> ServeFuture {
     Box::pin(async move {
         let (eof_tx, eof_rx) = oneshot::channel();
         let reader = EofSignal {
@@ -75,9 +85,11 @@ pub fn serve(reader: BoxRead, writer: BoxWrite) -> ServeFuture {
         let (service, socket) = LspService::build(|_| Bench)
             .custom_method("bench/work", Bench::work)
             .finish();
-        let server = Server::new(reader, writer, socket)
-            .concurrency_level(CONCURRENCY)
-            .serve(service);
+        let mut server = Server::new(reader, writer, socket);
+        if let Some(level) = level {
+            server = server.concurrency_level(level);
+        }
+        let server = server.serve(service);
         // Whichever comes first: the library returning by itself, or the client gone.
         tokio::select! {
             () = server => {}
