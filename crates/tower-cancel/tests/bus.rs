@@ -1,48 +1,19 @@
 //! Cancels across replicas on the in-process bus: a request runs on replica A, its cancel arrives on replica B
 //! through the same stack a server uses. Each test ends with the tables empty.
 
-use std::time::Duration;
+mod support;
 
-use serde_json::Value;
 use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
 use tower_cancel::{
     bus::{Applied, LocalBus, RemoteCancel},
     dialect::{Lsp, Mcp},
     registry::CancelOutcome,
-    scope::Incoming,
-    BoxError, CancelReason, CancelStack, Connection, Id, Message, Outbox, Request, Response, Scope,
+    BoxError, CancelReason, CancelStack, Connection, Id, Outbox, Request, Response, Scope,
 };
 
-fn hang(
-) -> impl Service<Request, Response = Option<Response>, Error = std::convert::Infallible, Future: Send>
-       + Clone {
-    ServiceBuilder::new()
-        .layer(CancelStack::mcp())
-        .service(service_fn(|_: Request| {
-            std::future::pending::<Result<Value, BoxError>>()
-        }))
-}
-
-fn request(connection: &Connection, json: &str) -> Request {
-    match connection.receive(Message::from_slice(json.as_bytes()).unwrap()) {
-        Incoming::Request(request) => request,
-        other => panic!("not a request: {other:?}"),
-    }
-}
-
-/// The request on `connection`, running on a task; resolves to its reply once it ends. A request still running
-/// after 10 s fails the test (it was not cancelled) rather than hanging it.
+/// The request `json` on `connection`, through `CancelStack::mcp()` over a handler that never finishes.
 async fn run(connection: &Connection, json: &str) -> tokio::task::JoinHandle<Option<Response>> {
-    let request = request(connection, json);
-    let reply = tokio::spawn(hang().oneshot(request));
-    tokio::task::yield_now().await;
-    tokio::spawn(async move {
-        let reply = tokio::time::timeout(Duration::from_secs(10), reply).await;
-        reply
-            .expect("the request was not stopped")
-            .unwrap()
-            .unwrap()
-    })
+    support::hang(CancelStack::mcp(), connection, json).await
 }
 
 const CANCEL_7: &str = r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7,"reason":"user stopped it"}}"#;
@@ -97,7 +68,7 @@ async fn the_peers_reason_and_the_canceller_travel_with_the_cancel() {
         .service(service_fn(|req: Request| async move {
             Ok::<_, BoxError>(serde_json::json!({ "ran": req.method() }))
         }));
-    let late = request(&exchange, r#"{"jsonrpc":"2.0","id":7,"method":"slow"}"#);
+    let late = support::request(&exchange, r#"{"jsonrpc":"2.0","id":7,"method":"slow"}"#);
     let reply = service.ready().await.unwrap().call(late).await.unwrap();
     assert_eq!(
         reply.unwrap().outcome.unwrap_err().code,

@@ -2,35 +2,13 @@
 //! POSTs on one of them reaches the request it names on another, or waits for it when it has not arrived yet;
 //! closing one (its client hung up) touches its own requests only.
 
-use serde_json::Value;
-use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
-use tower_cancel::{
-    scope::Incoming, BoxError, CancelReason, CancelStack, Connection, Message, Outbox, Request,
-    Response, Scope,
-};
+mod support;
 
-fn hang(
-) -> impl Service<Request, Response = Option<Response>, Error = std::convert::Infallible, Future: Send>
-       + Clone {
-    ServiceBuilder::new()
-        .layer(CancelStack::lsp())
-        .service(service_fn(|_: Request| {
-            std::future::pending::<Result<Value, BoxError>>()
-        }))
-}
+use tower_cancel::{CancelReason, CancelStack, Connection, Outbox, Response, Scope};
 
-fn request(connection: &Connection, json: &str) -> Request {
-    match connection.receive(Message::from_slice(json.as_bytes()).unwrap()) {
-        Incoming::Request(request) => request,
-        other => panic!("not a request: {other:?}"),
-    }
-}
-
+/// The request `json` on `connection`, through `CancelStack::lsp()` over a handler that never finishes.
 async fn send(connection: &Connection, json: &str) -> tokio::task::JoinHandle<Option<Response>> {
-    let request = request(connection, json);
-    let reply = tokio::spawn(hang().oneshot(request));
-    tokio::task::yield_now().await;
-    tokio::spawn(async move { reply.await.unwrap().unwrap() })
+    support::hang(CancelStack::lsp(), connection, json).await
 }
 
 fn code(reply: Option<Response>) -> i64 {
