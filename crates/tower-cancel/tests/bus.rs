@@ -207,3 +207,31 @@ impl tower_cancel::bus::CancelBus for Recording {
         self.0.lock().unwrap().push(cancel);
     }
 }
+
+#[test]
+fn a_forwarding_scope_publishes_but_neither_receives_nor_takes_what_is_kept_for_its_key() {
+    let bus = LocalBus::new();
+    let (a, b) = (bus.replica("a"), bus.replica("b"));
+    // B keeps a cancel from A for a session B does not hold.
+    let on_a = a.scope("session:S", Scope::new());
+    on_a.cancel(&Id::Number(1), CancelReason::peer(None));
+    assert_eq!(b.stats().pending, 1);
+
+    // A cancel POSTed to B for that session goes out through a forwarding scope...
+    let forwarding = b.forwarding("session:S", Scope::new());
+    assert_eq!(b.stats().scopes, 0, "not B's scope of the key");
+    forwarding.cancel(&Id::Number(2), CancelReason::peer(None));
+    assert_eq!(b.stats().published, 1);
+    assert_eq!(
+        on_a.registry().stats().early_cancels,
+        2,
+        "A remembers both its own and B's"
+    );
+    // ...and leaves what B kept for the key where it was.
+    assert_eq!(
+        forwarding.registry().stats().early_cancels,
+        1,
+        "only its own miss"
+    );
+    assert_eq!(b.stats().pending, 1);
+}

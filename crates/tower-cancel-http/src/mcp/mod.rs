@@ -455,15 +455,15 @@ impl<S: RpcService> Endpoint<S> {
     }
 
     /// A cancel POSTed for a session another replica holds: it goes through the stack on an exchange of a scope
-    /// attached under the session's key for this one message, where it finds nothing in flight, so the scope
-    /// publishes it. Answered 202, as a cancel in a session is.
+    /// that forwards under the session's key, where it finds nothing in flight, so the scope publishes it.
+    /// Answered 202, as a cancel in a session is.
     async fn cancel_elsewhere(
         self,
         replica: &Replica,
         session_id: &str,
         message: Message,
     ) -> HttpResponse {
-        let scope = replica.scope(session::replica_key(session_id), Scope::with_dialect(Mcp));
+        let scope = replica.forwarding(session::replica_key(session_id), Scope::with_dialect(Mcp));
         let exchange = scope.exchange(Outbox::closed());
         if let Incoming::Request(request) = exchange.receive(message) {
             let hold = self.config.running.enter();

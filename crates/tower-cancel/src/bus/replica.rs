@@ -159,6 +159,20 @@ impl Replica {
         scope
     }
 
+    /// `scope`, publishing under `key` only: its cancels that miss are handed to the other replicas, but it is not
+    /// this replica's scope of `key`, so it neither receives their cancels nor takes those kept for `key`. For a
+    /// cancel that lands on a replica which does not hold its scope and never will (an MCP session another replica
+    /// minted): run it through the stack on an exchange of this scope, and it reaches the replica that does.
+    pub fn forwarding(&self, key: impl Into<String>, mut scope: Scope) -> Scope {
+        scope.attach(Arc::new(Attachment {
+            key: key.into(),
+            owner: None,
+            registry: scope.registry().clone(),
+            replica: Arc::downgrade(&self.inner),
+        }));
+        scope
+    }
+
     /// A cancel from the bus: applied to this replica's scope of its key as a local cancel would be (its reason
     /// kept; never published again), kept for that scope if it is not here yet, ignored if it is this replica's own.
     pub fn apply(&self, cancel: RemoteCancel) -> Applied {
