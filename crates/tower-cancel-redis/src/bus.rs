@@ -334,9 +334,10 @@ fn apply(shared: &Shared, replica: &Replica, map: &std::collections::HashMap<Str
     });
     match entry::from_fields(fields) {
         Ok(cancel) => {
-            let age = entry::age(&cancel, SystemTime::now());
+            let sent_at = cancel.sent_at;
             let applied = replica.apply(cancel);
-            tracing::trace!(?applied, ?age, "cancel bus: entry applied");
+            // The age is read only when the event is on (tracing evaluates fields after its level check).
+            tracing::trace!(?applied, age = ?entry::age(sent_at, SystemTime::now()), "cancel bus: entry applied");
         }
         Err(why) => {
             shared.counters.malformed.fetch_add(1, Ordering::Relaxed);

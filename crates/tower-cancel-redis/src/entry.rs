@@ -109,9 +109,10 @@ fn reason_from(kind: &str, text: Option<&str>) -> Result<CancelReason, Malformed
     })
 }
 
-/// How long ago `cancel` was published, by the publisher's clock and ours (for logs; zero if the clocks disagree).
-pub(crate) fn age(cancel: &RemoteCancel, now: SystemTime) -> Duration {
-    now.duration_since(cancel.sent_at).unwrap_or_default()
+/// How long ago a cancel sent at `sent_at` was published, by the publisher's clock and ours (for logs; zero if the
+/// clocks disagree).
+pub(crate) fn age(sent_at: SystemTime, now: SystemTime) -> Duration {
+    now.duration_since(sent_at).unwrap_or_default()
 }
 
 #[cfg(test)]
