@@ -208,3 +208,110 @@ async fn dropping_serve_cancels_what_is_in_flight_and_fails_the_peers_calls() {
     );
     assert!(registry.is_empty());
 }
+
+/// A connection closing with many requests in flight cancels them a batch at a time, giving the runtime's other
+/// tasks a turn between batches: another connection served by the same (single) worker is answered while the close
+/// is still under way, not after the last of its thousands of cancels.
+#[tokio::test]
+async fn a_connection_closing_with_many_requests_lets_others_be_served_meanwhile() {
+    // On a task: the test's own future is polled only every 61 tasks of the runtime (tokio's `block_on`), which
+    // would miss the turns under test.
+    tokio::spawn(closing_with_many_requests()).await.unwrap();
+}
+
+async fn closing_with_many_requests() {
+    use std::sync::{Arc, Mutex};
+
+    use tokio::io::AsyncWriteExt;
+    use tokio_util::sync::CancellationToken;
+    use tower_cancel::{BoxError, Request};
+
+    const HELD: usize = 5_000;
+    let tokens: Arc<Mutex<Vec<CancellationToken>>> = Arc::default();
+    let handler = {
+        let tokens = tokens.clone();
+        tower::service_fn(move |req: Request| {
+            let tokens = tokens.clone();
+            async move {
+                if req.method() == "hold" {
+                    let token = req.context().expect("a context").token().clone();
+                    tokens.lock().unwrap().push(token);
+                    std::future::pending::<()>().await;
+                }
+                Ok::<_, BoxError>(json!("pong"))
+            }
+        })
+    };
+    let cancelled = || {
+        tokens
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|token| token.is_cancelled())
+            .count()
+    };
+    let connect = || {
+        let server = Server::with_stack(CancelStack::lsp(), handler.clone());
+        let registry = server.registry().clone();
+        // Room for every reply the closing connection writes, so that its writer never waits for this test.
+        let (client_out, server_in) = tokio::io::duplex(4 << 20);
+        let (server_out, client_in) = tokio::io::duplex(4 << 20);
+        let serving = tokio::spawn(server.serve(server_in, server_out, Framing::ContentLength));
+        (
+            client_out,
+            tokio::io::BufReader::new(client_in),
+            serving,
+            registry,
+        )
+    };
+    let (mut a_out, _a_in, a_serving, a_registry) = connect();
+    let (mut b_out, mut b_in, _b_serving, _) = connect();
+
+    for id in 0..HELD {
+        let hold = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"hold"}}"#);
+        let frame = tests::frame(&hold, Framing::ContentLength);
+        a_out.write_all(frame.as_bytes()).await.unwrap();
+    }
+    while tokens.lock().unwrap().len() < HELD {
+        turn().await;
+    }
+
+    // A's client hangs up; once its close has begun, B sends a request.
+    drop(a_out);
+    while cancelled() == 0 {
+        turn().await;
+    }
+    let ping = tests::frame(
+        r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#,
+        Framing::ContentLength,
+    );
+    b_out.write_all(ping.as_bytes()).await.unwrap();
+    let reply = tests::read_frame(&mut b_in, Framing::ContentLength).await;
+    assert_eq!(
+        reply.as_deref(),
+        Some(r#"{"jsonrpc":"2.0","id":1,"result":"pong"}"#)
+    );
+    let by_then = cancelled();
+    assert!(
+        by_then < HELD,
+        "B was answered only after all {HELD} of A's requests were cancelled"
+    );
+
+    a_serving.await.unwrap().unwrap();
+    assert_eq!(cancelled(), HELD);
+    assert!(a_registry.is_empty());
+}
+
+/// Go to the back of the runtime's queue once. Not `tokio::task::yield_now`, which defers its wake-up until the
+/// runtime next polls its I/O driver (every 61 tasks run), far later than the turn under test.
+async fn turn() {
+    let mut yielded = false;
+    std::future::poll_fn(|cx| {
+        if std::mem::replace(&mut yielded, true) {
+            return std::task::Poll::Ready(());
+        }
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
+    })
+    .await;
+}

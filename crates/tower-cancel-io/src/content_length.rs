@@ -93,10 +93,8 @@ impl Decoder for ContentLengthCodec {
                     // block is cut at the same byte whether it came in one read or in many.
                     let window = src.len().min(MAX_HEADER_SIZE + 1);
                     let from = self.searched.saturating_sub(3);
-                    let Some(at) = src[from..window]
-                        .windows(4)
-                        .position(|w| w == b"\r\n\r\n")
-                        .map(|p| p + from)
+                    let Some(at) =
+                        memchr::memmem::find(&src[from..window], b"\r\n\r\n").map(|p| p + from)
                     else {
                         if src.len() > MAX_HEADER_SIZE {
                             // Keep the last 3 bytes searched: they may be the start of a terminator of a header

@@ -50,10 +50,7 @@ impl Decoder for NdjsonCodec {
 
     fn decode(&mut self, src: &mut BytesMut) -> io::Result<Option<Self::Item>> {
         loop {
-            let newline = src[self.searched..]
-                .iter()
-                .position(|b| *b == b'\n')
-                .map(|p| p + self.searched);
+            let newline = memchr::memchr(b'\n', &src[self.searched..]).map(|p| p + self.searched);
             let Some(at) = newline else {
                 if self.discarding {
                     src.clear();

@@ -102,7 +102,26 @@ where
         let mut stall = pin!(tokio::time::sleep(Duration::ZERO));
         let mut was_full = false;
         loop {
+            // The tokens and the drain's timer are read here, with a load each, and polled in the `select!` below
+            // only when nothing else is ready: a waiter registered on a token costs a lock to add and one to
+            // remove, which every frame and every reply would pay if the tokens came first.
+            if self.writer_gone.is_cancelled() {
+                break;
+            }
+            if ending == Ending::Disconnect && self.shutdown.is_cancelled() {
+                ending = self.begin_drain(drain.as_mut(), in_flight.len());
+                if in_flight.is_empty() {
+                    break;
+                }
+            }
             let draining = ending == Ending::Shutdown;
+            if draining && drain.deadline() <= tokio::time::Instant::now() {
+                tracing::info!(
+                    left = in_flight.len(),
+                    "drain timeout passed: cancelling the rest"
+                );
+                break;
+            }
             let full = outbox.is_full();
             if full && !was_full {
                 stall
@@ -120,25 +139,17 @@ where
                     }
                     continue;
                 }
+                frame = frames.next(), if !full => frame,
+                // Polled only when no reply and no frame is ready: the loop's head has already checked them.
                 () = self.writer_gone.cancelled() => break,
-                () = self.shutdown.cancelled(), if !draining => {
-                    ending = self.begin_drain(drain.as_mut(), in_flight.len());
-                    if in_flight.is_empty() {
-                        break;
-                    }
-                    continue;
-                }
-                () = &mut drain, if draining => {
-                    tracing::info!(left = in_flight.len(), "drain timeout passed: cancelling the rest");
-                    break;
-                }
+                () = self.shutdown.cancelled(), if !draining => continue,
+                () = &mut drain, if draining => continue,
                 // The peer is not reading its replies: read nothing more from it until the writer catches up.
                 () = outbox.room(), if full => continue,
                 () = &mut stall, if full => {
                     tracing::warn!(timeout = ?self.stall_timeout, "the peer read too little of its replies: closing the connection");
                     break;
                 }
-                frame = frames.next(), if !full => frame,
             };
             let bytes = match next {
                 None => break,
@@ -187,17 +198,25 @@ where
             // Wait for readiness while still settling requests in flight (readiness may depend on them), and while
             // watching what ends the connection: a service that never becomes ready must not hold it open.
             let ready = loop {
+                // As in the outer loop: the tokens are read first, and waited on only when the service is not ready.
+                if self.writer_gone.is_cancelled() {
+                    break None;
+                }
+                if ending == Ending::Disconnect && self.shutdown.is_cancelled() {
+                    // The request waiting here is refused when the service takes it (it starts out cancelled).
+                    ending = self.begin_drain(drain.as_mut(), in_flight.len() + 1);
+                }
                 let draining = ending == Ending::Shutdown;
+                if draining && drain.deadline() <= tokio::time::Instant::now() {
+                    break None;
+                }
                 tokio::select! {
                     biased;
                     Some(done) = in_flight.next(), if !in_flight.is_empty() => self.answer(done),
-                    () = self.writer_gone.cancelled() => break None,
-                    () = self.shutdown.cancelled(), if !draining => {
-                        // The request waiting here is refused when the service takes it (it starts out cancelled).
-                        ending = self.begin_drain(drain.as_mut(), in_flight.len() + 1);
-                    }
-                    () = &mut drain, if draining => break None,
                     ready = poll_fn(|cx| self.service.poll_ready(cx)) => break Some(ready),
+                    () = self.writer_gone.cancelled() => {}
+                    () = self.shutdown.cancelled(), if !draining => {}
+                    () = &mut drain, if draining => {}
                 }
             };
             let Some(ready) = ready else {
@@ -239,7 +258,7 @@ where
             Ending::Disconnect => CancelReason::Disconnect,
             Ending::Shutdown => CancelReason::Shutdown,
         };
-        let cancelled = self.connection.close(reason);
+        let cancelled = self.connection.close_in_turns(reason).await;
         if !in_flight.is_empty() {
             tracing::debug!(
                 in_flight = in_flight.len(),

@@ -35,6 +35,7 @@ mod error;
 mod finished;
 mod hasher;
 mod in_flight;
+mod turn;
 
 use std::{
     fmt,
@@ -57,6 +58,7 @@ use early::{EarlyCancels, Remembered};
 pub use error::DuplicateId;
 use finished::{Ended, FinishedRequests};
 use in_flight::InFlight;
+use turn::{YieldOnce, CLOSE_BATCH};
 
 /// How many early cancels a registry remembers by default.
 pub const DEFAULT_EARLY_CANCEL_CAPACITY: usize = 1024;
@@ -336,18 +338,46 @@ impl Registry {
         self.cancel_where(reason, |lifecycle| lifecycle.conn() == conn)
     }
 
+    /// As [`cancel_connection`](Self::cancel_connection), a batch of [`CLOSE_BATCH`] requests at a time with a turn
+    /// given to the executor's other tasks between batches: a connection closing with a million requests in flight
+    /// takes about a second to cancel them, which would otherwise hold one worker, and every task queued behind it,
+    /// for that long.
+    pub(crate) async fn cancel_connection_in_turns(
+        &self,
+        conn: u64,
+        reason: CancelReason,
+    ) -> usize {
+        let targets = self.targets(|lifecycle| lifecycle.conn() == conn);
+        let mut cancelled = 0;
+        let mut batches = targets.chunks(CLOSE_BATCH).peekable();
+        while let Some(batch) = batches.next() {
+            cancelled += batch
+                .iter()
+                .filter(|lifecycle| lifecycle.cancel(reason.clone()))
+                .count();
+            if batches.peek().is_some() {
+                YieldOnce::default().await;
+            }
+        }
+        cancelled
+    }
+
     fn cancel_where(&self, reason: CancelReason, which: impl Fn(&Lifecycle) -> bool) -> usize {
-        let targets: Vec<_> = self
-            .lock()
+        self.targets(which)
+            .iter()
+            .filter(|lifecycle| lifecycle.cancel(reason.clone()))
+            .count()
+    }
+
+    /// The requests in flight that `which` picks, taken out from under the lock: cancelling one wakes its task and
+    /// may settle it, which takes the lock again to remove it.
+    fn targets(&self, which: impl Fn(&Lifecycle) -> bool) -> Vec<Arc<Lifecycle>> {
+        self.lock()
             .in_flight
             .iter()
             .filter(|lifecycle| which(lifecycle))
             .cloned()
-            .collect();
-        targets
-            .iter()
-            .filter(|lifecycle| lifecycle.cancel(reason.clone()))
-            .count()
+            .collect()
     }
 
     /// Stop taking work in the whole scope: every request registered from now on, on any connection, starts out

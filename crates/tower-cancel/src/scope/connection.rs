@@ -163,6 +163,22 @@ impl Connection {
             .cancel_connection(self.inner.key, reason)
     }
 
+    /// As [`close`](Self::close), for a connection that may have many requests in flight: the cancelling is done a
+    /// batch at a time, giving the executor's other tasks a turn between batches, so that closing a connection
+    /// with a million requests in flight (about a second of cancelling) does not stall the other connections
+    /// served by the same worker. The requests are refused and the peer closed at once, before the first batch.
+    pub async fn close_in_turns(&self, reason: CancelReason) -> usize {
+        let _ = self.inner.refusing.set(reason.clone());
+        if let Some(peer) = &self.inner.peer {
+            peer.close();
+        }
+        self.inner
+            .scope
+            .registry()
+            .cancel_connection_in_turns(self.inner.key, reason)
+            .await
+    }
+
     /// Stop taking work on this connection: its requests registered from now on start out cancelled with
     /// `reason` (a graceful shutdown: they are answered as the dialect answers it, and never run). Requests in
     /// flight run on; other connections of the scope are not touched.
