@@ -267,12 +267,18 @@ impl Client {
 
     /// The next reply; an error if the target closed the connection.
     pub async fn next_reply(&mut self) -> io::Result<Reply> {
-        loop {
-            let frame = self.reader.next().await;
-            if let Some(reply) = parse(frame)? {
-                return Ok(reply);
-            }
-        }
+        next_reply(&mut self.reader).await
+    }
+
+    /// Take the connection's reading half, so that one task reads the replies while another writes the requests
+    /// (an open-loop load, whose sends never wait for replies). This client reads nothing after.
+    pub fn take_replies(&mut self) -> Replies {
+        let nothing: BoxRead = Box::pin(tokio::io::empty());
+        let reader = std::mem::replace(
+            &mut self.reader,
+            FramedRead::new(nothing, AnyCodec::new(self.protocol)),
+        );
+        Replies { reader }
     }
 
     /// The next reply if one is already readable without waiting.
@@ -316,6 +322,34 @@ impl Client {
             server.abort();
         }
         returned
+    }
+}
+
+/// The reading half of a client's connection ([`Client::take_replies`]).
+pub struct Replies {
+    reader: FramedRead<BoxRead, AnyCodec>,
+}
+
+impl std::fmt::Debug for Replies {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Replies").finish_non_exhaustive()
+    }
+}
+
+impl Replies {
+    /// The next reply; an error if the target closed the connection. Cancel safe: a reply is taken from the
+    /// connection only when this returns it.
+    pub async fn next_reply(&mut self) -> io::Result<Reply> {
+        next_reply(&mut self.reader).await
+    }
+}
+
+async fn next_reply(reader: &mut FramedRead<BoxRead, AnyCodec>) -> io::Result<Reply> {
+    loop {
+        let frame = reader.next().await;
+        if let Some(reply) = parse(frame)? {
+            return Ok(reply);
+        }
     }
 }
 
