@@ -23,6 +23,7 @@ pub mod run;
 pub mod scale;
 pub mod soak;
 pub mod stats;
+pub mod storm;
 pub mod target;
 pub mod targets;
 pub mod workload;

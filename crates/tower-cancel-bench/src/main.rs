@@ -3,8 +3,8 @@
 //! ```text
 //! bash crates/tower-cancel-bench/run.sh              # criterion, then everything here (about 15 minutes on 2 cores)
 //! bash crates/tower-cancel-bench/run.sh --quick      # each workload small: proves the harness works
-//! bash crates/tower-cancel-bench/run.sh --only 3     # one figure (1 to 6, or 8) alone
-//! bash crates/tower-cancel-bench/run.sh --out DIR    # where results.md and cancel-latency.svg go
+//! bash crates/tower-cancel-bench/run.sh --only 3     # one figure (1 to 6, 8 to 10) alone
+//! bash crates/tower-cancel-bench/run.sh --out DIR    # where results.md, cancel-latency.svg and storm.svg go
 //! ```
 //!
 //! This binary runs on the plain system allocator: the bytes figures are counted by the `heap_bytes` binary, which
@@ -32,6 +32,8 @@ use tower_cancel_bench::{
     run::on_fresh_runtime as run,
     scale,
     stats::{Interval, Verdict},
+    storm,
+    storm::tables::StormSizes,
     target::Target,
     targets::Targets,
     workload,
@@ -57,6 +59,7 @@ struct Sizes {
     http_clients: usize,
     http_requests: u64,
     replica_samples: usize,
+    storm: StormSizes,
 }
 
 const FULL: Sizes = Sizes {
@@ -78,6 +81,17 @@ const FULL: Sizes = Sizes {
     http_clients: 16,
     http_requests: 50_000,
     replica_samples: 1_000,
+    // rmcp, the slowest peer, does about 90k requests per second on figure 5's workload: 2000 ordinary, 5000 held
+    // and 5000 cancels per second leave every target far from saturation. 4 rounds of 2.5 s: 20,000 ordinary
+    // requests per row for the pooled p999.
+    storm: StormSizes {
+        ordinary_rate: 2_000.0,
+        storm_rate: 5_000.0,
+        run_for: Duration::from_millis(2_500),
+        rounds: 4,
+        close_held: 1_000_000,
+        close_rounds: 3,
+    },
 };
 
 const QUICK: Sizes = Sizes {
@@ -100,6 +114,14 @@ const QUICK: Sizes = Sizes {
     http_clients: 16,
     http_requests: 400,
     replica_samples: 20,
+    storm: StormSizes {
+        ordinary_rate: 500.0,
+        storm_rate: 1_000.0,
+        run_for: Duration::from_millis(200),
+        rounds: 2,
+        close_held: 10_000,
+        close_rounds: 2,
+    },
 };
 
 /// Ours first, then the peers with their limits set to the work's real need, then the peers at their defaults.
@@ -138,7 +160,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             })
         });
     let sizes = if quick { &QUICK } else { &FULL };
-    // `--only N`: run figure N alone (1 to 6, 8 or 9), to profile it or to refresh one table.
+    // `--only N`: run figure N alone (1 to 6, 8, 9 or 10), to profile it or to refresh one table.
     let only = args
         .iter()
         .position(|a| a == "--only")
@@ -170,6 +192,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
     }
     let mut series = Vec::new();
+    let mut storm_bars = Vec::new();
     if wanted("3") {
         let (latency_text, lines) = latency_tables(sizes, &mut targets)?;
         section(
@@ -202,6 +225,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             replicas_table(sizes, &mut targets)?,
         );
     }
+    if wanted("10") {
+        let all: Vec<Target> = LSP_TARGETS.iter().chain(&MCP_TARGETS).copied().collect();
+        let (storm_text, bars) = storm::tables::tables(&sizes.storm, &all, &mut targets)?;
+        section(
+            "10. What users feel: ordinary requests under a cancel storm, and while a connection with a million held \
+             requests closes",
+            storm_text,
+        );
+        storm_bars = bars;
+    }
 
     let targets = if targets.is_empty() {
         String::new()
@@ -229,8 +262,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if !series.is_empty() {
         plot::cancel_latency(&out.join("cancel-latency.svg"), &series)?;
     }
+    if !storm_bars.is_empty() {
+        plot::storm_bars(&out.join("storm.svg"), &storm_bars)?;
+    }
     println!(
-        "written: {}/results.md and cancel-latency.svg in {:.0} s",
+        "written: {}/results.md, cancel-latency.svg and storm.svg in {:.0} s",
         out.display(),
         began.elapsed().as_secs_f64()
     );

@@ -1,0 +1,95 @@
+//! One run of table A: ordinary requests at a fixed rate on one connection, with or without a storm of requests
+//! that are held and cancelled on the same connection.
+
+use std::{
+    collections::HashMap,
+    io,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use tokio::runtime::Handle;
+
+use super::open_loop::{read_replies, write_plan, Plan, Progress, STORM_IDS};
+use crate::{
+    client::{Client, Transport},
+    probe,
+    target::{Protocol, Target},
+};
+
+/// The concurrency limit a peer configured for the work's need gets: far above what the storm holds at once (its
+/// rate times the cancel's lag, a handful) with the ordinary requests in flight, so that only the peers at their
+/// defaults are limited.
+pub const NEED: usize = 1024;
+
+/// How long a connection may take to return once closed before it counts as not closed cleanly.
+const CLOSE_PATIENCE: Duration = Duration::from_secs(2);
+
+/// What one run measured.
+#[derive(Clone, Debug, Default)]
+pub struct StormRun {
+    /// Each ordinary request answered: from its scheduled send time to its reply read.
+    pub ordinary: Vec<Duration>,
+    /// Ordinary requests scheduled and never answered (within the grace after the last write), sent or not.
+    pub ordinary_missed: usize,
+    /// Each storm cancel answered: from just before its frame was written to the cancelled reply read (LSP), or to
+    /// the handler's guard dropped (MCP).
+    pub cancels: Vec<Duration>,
+    /// Cancels written and never answered (their requests left held).
+    pub cancels_missed: usize,
+    /// How late after its scheduled time the writer wrote each ordinary request: the harness's own floor.
+    pub lateness: Vec<Duration>,
+    /// Whether the target returned within [`CLOSE_PATIENCE`] of the connection closing.
+    pub closed_cleanly: bool,
+}
+
+/// Run `plan` against `target` on a new in-memory duplex connection.
+pub async fn run(target: &Target, plan: Plan) -> io::Result<StormRun> {
+    probe::clear();
+    let mut client = Client::connect(target, Transport::Duplex, NEED)?;
+    client.handshake().await?;
+    let storm_replies = target.protocol == Protocol::Lsp;
+    let progress = Arc::new(Progress::new(storm_replies));
+    let reader = tokio::spawn(read_replies(client.take_replies(), progress.clone()));
+    let handle = Handle::current();
+    // A moment ahead, so that the first requests are not late for the thread's start.
+    let start = Instant::now() + Duration::from_millis(5);
+    let writer_progress = progress.clone();
+    let (client, sent) = tokio::task::spawn_blocking(move || {
+        let sent = write_plan(&mut client, &handle, &plan, start, &writer_progress);
+        (client, sent)
+    })
+    .await
+    .map_err(io::Error::other)?;
+    let read = reader.await.map_err(io::Error::other)?;
+    let closed_cleanly = client.close(CLOSE_PATIENCE).await;
+
+    let read: HashMap<u64, Instant> = read.into_iter().collect();
+    let mut result = StormRun {
+        lateness: sent.lateness,
+        closed_cleanly,
+        ..StormRun::default()
+    };
+    for index in 0..plan.ordinary_count() {
+        match read.get(&(index + 1)) {
+            Some(&at) => result
+                .ordinary
+                .push(at.saturating_duration_since(plan.ordinary_at(start, index))),
+            None => result.ordinary_missed += 1,
+        }
+    }
+    for (index, written) in sent.cancels_written.iter().enumerate() {
+        let Some(written) = *written else { continue };
+        let id = STORM_IDS + index as u64;
+        let answered = if storm_replies {
+            read.get(&id).copied()
+        } else {
+            probe::take_stop(id)
+        };
+        match answered {
+            Some(at) => result.cancels.push(at.saturating_duration_since(written)),
+            None => result.cancels_missed += 1,
+        }
+    }
+    Ok(result)
+}
