@@ -89,8 +89,10 @@ const FULL: Sizes = Sizes {
         storm_rate: 5_000.0,
         run_for: Duration::from_millis(2_500),
         rounds: 4,
+        grace: Duration::from_secs(1),
         close_held: 1_000_000,
         close_rounds: 3,
+        close_before: Duration::from_millis(1_100),
     },
 };
 
@@ -119,8 +121,10 @@ const QUICK: Sizes = Sizes {
         storm_rate: 1_000.0,
         run_for: Duration::from_millis(200),
         rounds: 2,
+        grace: Duration::from_millis(200),
         close_held: 10_000,
         close_rounds: 2,
+        close_before: Duration::from_millis(300),
     },
 };
 

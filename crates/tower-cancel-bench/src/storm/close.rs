@@ -16,10 +16,8 @@ use crate::{
     workload::need_when_holding,
 };
 
-/// How long B runs before A closes: the window B's latency without a close is taken from (its first 100 ms left
-/// out, the writer's start).
-pub const BEFORE: Duration = Duration::from_millis(1100);
-const WARM_UP: Duration = Duration::from_millis(100);
+/// The start of B's run left out of its window before the close (the writer's start).
+pub const WARM_UP: Duration = Duration::from_millis(100);
 /// How long B runs on once A has returned, so that B's requests of A's last moments are answered in the open.
 const AFTER: Duration = Duration::from_millis(100);
 /// How long A's close may take.
@@ -28,7 +26,8 @@ const CLOSE_PATIENCE: Duration = Duration::from_secs(60);
 /// What one run measured.
 #[derive(Clone, Debug, Default)]
 pub struct CloseRun {
-    /// B's ordinary requests scheduled in the second before A's close: from the scheduled time to the reply read.
+    /// B's ordinary requests scheduled and answered before A's close (after [`WARM_UP`]): from the scheduled time to
+    /// the reply read.
     pub before: Vec<Duration>,
     /// B's ordinary requests that overlap A's close: scheduled before A returned and answered after A's close began.
     pub during: Vec<Duration>,
@@ -40,9 +39,10 @@ pub struct CloseRun {
     pub returned: bool,
 }
 
-/// Hold `held` requests on A, run B at `rate` requests per second, close A after [`BEFORE`]; both connections are
-/// `CancelStack::lsp()` over the in-memory duplex, on the runtime this runs on.
-pub async fn run(held: u64, rate: f64) -> io::Result<CloseRun> {
+/// Hold `held` requests on A, run B at `rate` requests per second, close A `before` after B starts (B's window
+/// without a close: that time, [`WARM_UP`] left out); both connections are `CancelStack::lsp()` over the in-memory
+/// duplex, on the runtime this runs on.
+pub async fn run(held: u64, rate: f64, before: Duration) -> io::Result<CloseRun> {
     let mut a = Client::connect(&LSP_STACK, Transport::Duplex, need_when_holding(held))?;
     a.handshake().await?;
     for id in 1..=held {
@@ -61,7 +61,8 @@ pub async fn run(held: u64, rate: f64) -> io::Result<CloseRun> {
         ordinary_rate: rate,
         storm_rate: 0.0,
         // Ends when told to ([`Progress::stop`]), after A has returned.
-        duration: BEFORE + CLOSE_PATIENCE + AFTER,
+        duration: before + CLOSE_PATIENCE + AFTER,
+        grace: Duration::from_secs(1),
     };
     let handle = Handle::current();
     let start = Instant::now() + Duration::from_millis(5);
@@ -71,7 +72,7 @@ pub async fn run(held: u64, rate: f64) -> io::Result<CloseRun> {
         (b, sent)
     });
 
-    tokio::time::sleep_until((start + BEFORE).into()).await;
+    tokio::time::sleep_until((start + before).into()).await;
     let close_began = Instant::now();
     let returned = a.close(CLOSE_PATIENCE).await;
     let close_ended = Instant::now();

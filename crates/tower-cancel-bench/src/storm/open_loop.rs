@@ -27,9 +27,6 @@ pub const STORM_IDS: u64 = 1 << 30;
 /// How long a storm request is held before its cancel is written.
 pub const CANCEL_LAG: Duration = Duration::from_millis(1);
 
-/// How long the reader waits, after the last request is written, for the replies still due.
-pub const GRACE: Duration = Duration::from_secs(1);
-
 /// What to send, and when.
 #[derive(Clone, Copy, Debug)]
 pub struct Plan {
@@ -39,6 +36,9 @@ pub struct Plan {
     pub storm_rate: f64,
     /// How long to send for, unless stopped sooner.
     pub duration: Duration,
+    /// How long the reader waits, after the last request is written, for the replies still due; and how long a
+    /// write may block past the end of the plan before the writer gives up.
+    pub grace: Duration,
 }
 
 impl Plan {
@@ -74,11 +74,12 @@ pub struct Sent {
     pub lateness: Vec<Duration>,
 }
 
-/// Shared by the writer and the reader: how many replies are due, and whether the writer is done.
+/// Shared by the writer and the reader: how many replies are due, and until when to wait for them once the writer
+/// is done.
 #[derive(Debug, Default)]
 pub struct Progress {
     replies_due: AtomicU64,
-    finished: OnceLock<Instant>,
+    wait_until: OnceLock<Instant>,
     stop: AtomicBool,
     storm_replies: bool,
 }
@@ -113,7 +114,7 @@ pub fn write_plan(
         lateness: Vec::with_capacity(ordinary_total as usize),
         ..Sent::default()
     };
-    let give_up = start + plan.duration + GRACE;
+    let give_up = start + plan.duration + plan.grace;
     let (mut storm_sent, mut cancels_sent) = (0, 0);
     let mut cancels_in_batch = Vec::new();
     loop {
@@ -167,11 +168,12 @@ pub fn write_plan(
             break;
         }
     }
-    let _ = progress.finished.set(Instant::now());
+    let _ = progress.wait_until.set(Instant::now() + plan.grace);
     sent
 }
 
-/// Read replies until every reply due has come, or [`GRACE`] after the writer finished, or the connection closed:
+/// Read replies until every reply due has come, or the plan's grace after the writer finished, or the connection
+/// closed:
 /// each reply's id, and when it was read.
 pub async fn read_replies(mut replies: Replies, progress: Arc<Progress>) -> Vec<(u64, Instant)> {
     let mut read = Vec::new();
@@ -190,9 +192,9 @@ pub async fn read_replies(mut replies: Replies, progress: Arc<Progress>) -> Vec<
             },
             _ = look.tick() => {}
         }
-        if let Some(&finished) = progress.finished.get() {
+        if let Some(&wait_until) = progress.wait_until.get() {
             let due = progress.replies_due.load(Ordering::Acquire);
-            if counted >= due || Instant::now() > finished + GRACE {
+            if counted >= due || Instant::now() > wait_until {
                 break;
             }
         }

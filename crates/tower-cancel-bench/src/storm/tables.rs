@@ -28,10 +28,15 @@ pub struct StormSizes {
     pub run_for: Duration,
     /// Rounds of table A.
     pub rounds: usize,
+    /// How long a run waits for the replies still due after its last write, and (twice that) for the server to
+    /// return once the connection is closed.
+    pub grace: Duration,
     /// Requests held on the connection that closes, in table B.
     pub close_held: u64,
     /// Rounds of table B.
     pub close_rounds: usize,
+    /// How long B runs before A closes, in table B (its first [`close::WARM_UP`] left out of the window).
+    pub close_before: Duration,
 }
 
 /// Table A and B as Markdown, with the bars of the plot (one per target, under the storm).
@@ -46,6 +51,7 @@ pub fn tables(
         ordinary_rate: sizes.ordinary_rate,
         storm_rate: sizes.storm_rate,
         duration: sizes.run_for,
+        grace: sizes.grace,
     };
     let text = format!(
         "Ordinary requests (`bench/work` ms 0; MCP `tools/call` of `work` ms 0) at {:.0} per second, open loop: each \
@@ -61,11 +67,11 @@ pub fn tables(
          4, async-lsp the CPUs) the held storm requests fill their limit, and the ordinary requests wait behind \
          them: that is what their users get. p50 and p99: the mean of the rounds' percentiles with its 95% \
          interval; p999: of all the rounds' samples pooled (one round has too few). A request or cancel not \
-         answered within {} s of the last write is missed, and counts in the percentiles as slower than any \
+         answered within {} ms of the last write is missed, and counts in the percentiles as slower than any \
          answered (a percentile that falls among the missed shows \"missed\").\n\n{storm}\nConnection close: \
          connection A (`CancelStack::lsp()`) holds {} requests; connection B, on the same runtime, carries ordinary \
          requests at {:.0} per second; {} ms after B starts, A's client closes A. B's latency (from the scheduled \
-         time) over its second before the close (its first 100 ms left out), against over the close: the requests \
+         time) over the time before the close (its first {} ms left out), against over the close: the requests \
          scheduled before A's serve future returned (every held request cancelled and dropped) and answered after \
          the close began. p50 and p99: the mean of the {} rounds' with its 95% interval; p999 and max: of all the \
          rounds' samples pooled. The peers are not in this table: it measures the core's close, and holding a \
@@ -78,10 +84,11 @@ pub fn tables(
         plan.ordinary_count(),
         plan.storm_count(),
         sizes.rounds,
-        super::open_loop::GRACE.as_secs(),
+        sizes.grace.as_millis(),
         sizes.close_held,
         sizes.ordinary_rate,
-        close::BEFORE.as_millis(),
+        sizes.close_before.as_millis(),
+        close::WARM_UP.as_millis(),
         sizes.close_rounds,
     );
     Ok((text, bars))
@@ -134,6 +141,7 @@ fn storm_table(
                         ordinary_rate: sizes.ordinary_rate,
                         storm_rate: *storm_rate,
                         duration: sizes.run_for,
+                        grace: sizes.grace,
                     },
                 );
                 runs[load].push(run(async move { under_storm::run(&target, plan).await })?);
@@ -243,8 +251,8 @@ fn close_table(
 ) -> Result<String, Box<dyn std::error::Error>> {
     let mut runs: Vec<CloseRun> = Vec::new();
     for _ in 0..sizes.close_rounds {
-        let (held, rate) = (sizes.close_held, sizes.ordinary_rate);
-        runs.push(run(async move { close::run(held, rate).await })?);
+        let (held, rate, before) = (sizes.close_held, sizes.ordinary_rate, sizes.close_before);
+        runs.push(run(async move { close::run(held, rate, before).await })?);
     }
     let mut table = Table::new(&[
         "B's requests",
@@ -264,7 +272,7 @@ fn close_table(
     let returned = runs.iter().all(|r| r.returned);
     for (name, window, missed) in [
         (
-            "the second before A's close",
+            "before A's close",
             runs.iter().map(|r| &r.before[..]).collect::<Vec<_>>(),
             0,
         ),

@@ -22,9 +22,6 @@ use crate::{
 /// defaults are limited.
 pub const NEED: usize = 1024;
 
-/// How long a connection may take to return once closed before it counts as not closed cleanly.
-const CLOSE_PATIENCE: Duration = Duration::from_secs(2);
-
 /// What one run measured.
 #[derive(Clone, Debug, Default)]
 pub struct StormRun {
@@ -39,7 +36,7 @@ pub struct StormRun {
     pub cancels_missed: usize,
     /// How late after its scheduled time the writer wrote each ordinary request: the harness's own floor.
     pub lateness: Vec<Duration>,
-    /// Whether the target returned within [`CLOSE_PATIENCE`] of the connection closing.
+    /// Whether the target returned within twice the plan's grace of the connection closing.
     pub closed_cleanly: bool,
 }
 
@@ -62,7 +59,7 @@ pub async fn run(target: &Target, plan: Plan) -> io::Result<StormRun> {
     .await
     .map_err(io::Error::other)?;
     let read = reader.await.map_err(io::Error::other)?;
-    let closed_cleanly = client.close(CLOSE_PATIENCE).await;
+    let closed_cleanly = client.close(2 * plan.grace).await;
 
     let read: HashMap<u64, Instant> = read.into_iter().collect();
     let mut result = StormRun {
