@@ -32,7 +32,8 @@ pub const CANCEL_LAG: Duration = Duration::from_millis(1);
 pub struct Plan {
     /// Ordinary requests (`bench/work`, ms 0) per second.
     pub ordinary_rate: f64,
-    /// Storm requests per second, each held by its handler and cancelled [`CANCEL_LAG`] after it is sent; 0 for none.
+    /// Storm requests per second, each held by its handler and cancelled [`CANCEL_LAG`] after it is sent (at the
+    /// writer's next wake after that, never in the write of the request itself); 0 for none.
     pub storm_rate: f64,
     /// How long to send for, unless stopped sooner.
     pub duration: Duration,
@@ -141,11 +142,14 @@ pub fn write_plan(
                 .push(now - plan.ordinary_at(start, sent.ordinary));
             sent.ordinary += 1;
         }
+        // A cancel never goes in the write of its own request: the server reads the request first.
+        let storm_written = storm_sent;
         while storm_sent < storm_total && plan.storm_at(start, storm_sent) <= now {
             client.queue_work(STORM_IDS + storm_sent, HELD_MS);
             storm_sent += 1;
         }
-        while cancels_sent < storm_sent && plan.storm_at(start, cancels_sent) + CANCEL_LAG <= now {
+        while cancels_sent < storm_written && plan.storm_at(start, cancels_sent) + CANCEL_LAG <= now
+        {
             client.queue_cancel(STORM_IDS + cancels_sent);
             cancels_in_batch.push(cancels_sent as usize);
             cancels_sent += 1;

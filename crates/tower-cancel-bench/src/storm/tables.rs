@@ -13,7 +13,7 @@ use crate::{
     report::{percentile, Table},
     run::on_fresh_runtime as run,
     stats::Interval,
-    target::Target,
+    target::{Protocol, Target},
     targets::Targets,
 };
 
@@ -68,7 +68,9 @@ pub fn tables(
          them: that is what their users get. p50 and p99: the mean of the rounds' percentiles with its 95% \
          interval; p999: of all the rounds' samples pooled (one round has too few). A request or cancel not \
          answered within {} ms of the last write is missed, and counts in the percentiles as slower than any \
-         answered (a percentile that falls among the missed shows \"missed\").\n\n{storm}\nConnection close: \
+         answered (a percentile that falls among the missed shows \"missed\"). An MCP cancel that reaches the \
+         server before its handler's first poll stops a handler that never began: nothing marks when it took \
+         effect, so it is counted apart (untimed, not missed) and left out of the percentiles.\n\n{storm}\nConnection close: \
          connection A (`CancelStack::lsp()`) holds {} requests; connection B, on the same runtime, carries ordinary \
          requests at {:.0} per second; {} ms after B starts, A's client closes A. B's latency (from the scheduled \
          time) over the time before the close (its first {} ms left out), against over the close: the requests \
@@ -158,6 +160,7 @@ fn storm_table(
         "cancel p50 (µs)",
         "cancel p99 (µs)",
         "cancels missed (left held)",
+        "cancelled before the handler ran (MCP, untimed)",
         "writer late p99 (µs)",
         "closed cleanly",
     ]);
@@ -208,6 +211,15 @@ fn storm_table(
                     "–".to_owned()
                 } else {
                     cancels_missed.to_string()
+                },
+                if load == 0 || target.protocol == Protocol::Lsp {
+                    "–".to_owned()
+                } else {
+                    rounds
+                        .iter()
+                        .map(|r| r.cancelled_before_start)
+                        .sum::<usize>()
+                        .to_string()
                 },
                 Interval::of(&late).show(1),
                 if rounds.iter().all(|r| r.closed_cleanly) {

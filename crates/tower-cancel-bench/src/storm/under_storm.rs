@@ -32,8 +32,11 @@ pub struct StormRun {
     /// Each storm cancel answered: from just before its frame was written to the cancelled reply read (LSP), or to
     /// the handler's guard dropped (MCP).
     pub cancels: Vec<Duration>,
-    /// Cancels written and never answered (their requests left held).
+    /// Cancels written and never answered (their requests left held until the connection closed).
     pub cancels_missed: usize,
+    /// MCP: cancels whose handler never began its work (the cancel reached the server before the handler's first
+    /// poll, so its guard was never made and nothing marks when the cancel took effect). Not timed, not missed.
+    pub cancelled_before_start: usize,
     /// How late after its scheduled time the writer wrote each ordinary request: the harness's own floor.
     pub lateness: Vec<Duration>,
     /// Whether the target returned within twice the plan's grace of the connection closing.
@@ -59,6 +62,8 @@ pub async fn run(target: &Target, plan: Plan) -> io::Result<StormRun> {
     .await
     .map_err(io::Error::other)?;
     let read = reader.await.map_err(io::Error::other)?;
+    // A handler stopped after this was left held by its cancel: the close stopped it.
+    let close_began = Instant::now();
     let closed_cleanly = client.close(2 * plan.grace).await;
 
     let read: HashMap<u64, Instant> = read.into_iter().collect();
@@ -78,14 +83,19 @@ pub async fn run(target: &Target, plan: Plan) -> io::Result<StormRun> {
     for (index, written) in sent.cancels_written.iter().enumerate() {
         let Some(written) = *written else { continue };
         let id = STORM_IDS + index as u64;
-        let answered = if storm_replies {
-            read.get(&id).copied()
-        } else {
-            probe::take_stop(id)
-        };
-        match answered {
-            Some(at) => result.cancels.push(at.saturating_duration_since(written)),
-            None => result.cancels_missed += 1,
+        if storm_replies {
+            match read.get(&id) {
+                Some(at) => result.cancels.push(at.saturating_duration_since(written)),
+                None => result.cancels_missed += 1,
+            }
+            continue;
+        }
+        match probe::take_stop(id) {
+            Some(at) if at < close_began => {
+                result.cancels.push(at.saturating_duration_since(written))
+            }
+            Some(_) => result.cancels_missed += 1,
+            None => result.cancelled_before_start += 1,
         }
     }
     Ok(result)
