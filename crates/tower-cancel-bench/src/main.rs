@@ -54,7 +54,10 @@ struct Sizes {
     mixed_requests: u64,
     mixed_rounds: usize,
     cpu_requests: u64,
+    /// Cancels per round of figure 6's latency table.
     cpu_samples: usize,
+    /// Rounds of figure 6's latency table, the modes alternating within each.
+    cpu_latency_rounds: usize,
     http_samples: usize,
     http_clients: usize,
     http_requests: u64,
@@ -76,7 +79,8 @@ const FULL: Sizes = Sizes {
     mixed_requests: 100_000,
     mixed_rounds: 10,
     cpu_requests: 20_000,
-    cpu_samples: 500,
+    cpu_samples: 250,
+    cpu_latency_rounds: 6,
     http_samples: 1_000,
     http_clients: 16,
     http_requests: 50_000,
@@ -112,6 +116,7 @@ const QUICK: Sizes = Sizes {
     mixed_rounds: 2,
     cpu_requests: 500,
     cpu_samples: 10,
+    cpu_latency_rounds: 2,
     http_samples: 20,
     http_clients: 16,
     http_requests: 400,
@@ -874,7 +879,7 @@ fn cpu_tables(sizes: &Sizes) -> Result<String, Box<dyn std::error::Error>> {
                 (0, _) => sizes.e2e_requests,
                 _ => sizes.cpu_requests,
             };
-            // Rounds interleave the modes, so that drift in the machine's speed touches all alike.
+            // The modes alternate within each round (ABC ABC…), so that drift touches all alike.
             let mut runs = vec![Vec::new(); modes.len()];
             for _ in 0..sizes.e2e_rounds {
                 for ((_, target), runs) in modes.iter().zip(&mut runs) {
@@ -884,15 +889,15 @@ fn cpu_tables(sizes: &Sizes) -> Result<String, Box<dyn std::error::Error>> {
                     })?);
                 }
             }
-            let [inline, spawned, limited] = [0, 1, 2].map(|mode| median(&runs[mode]));
+            let [inline, spawned, limited] = [&runs[0], &runs[1], &runs[2]];
             throughput.row(&[
                 handler_name(spin_us),
                 window.to_string(),
-                format!("{inline:.0}"),
-                format!("{spawned:.0}"),
-                format!("{:.2}", spawned / inline),
-                format!("{limited:.0}"),
-                format!("{:.2}", limited / inline),
+                Interval::of(inline).show(0),
+                Interval::of(spawned).show(0),
+                Interval::of_ratios(spawned, inline).show(2),
+                Interval::of(limited).show(0),
+                Interval::of_ratios(limited, inline).show(2),
             ]);
         }
     }
@@ -901,16 +906,24 @@ fn cpu_tables(sizes: &Sizes) -> Result<String, Box<dyn std::error::Error>> {
         "computing meanwhile",
         "p50 (µs)",
         "p99 (µs)",
-        "max (µs)",
+        "max of the rounds (µs)",
         "missed",
     ]);
+    let us = |samples: &[Duration], p: f64| percentile(samples, p).as_secs_f64() * 1e6;
     for busy in [0, 64] {
-        for (mode, target) in modes.iter() {
-            let (target, samples) = (*target, sizes.cpu_samples);
-            let result =
-                run(
-                    async move { cpu::cancel_latency(&target, busy, samples, cpu::SPIN_US).await },
-                )?;
+        // rounds[mode]: one run per round, the modes alternating within each round.
+        let mut rounds = vec![Vec::new(); modes.len()];
+        for _ in 0..sizes.cpu_latency_rounds {
+            for ((_, target), rounds) in modes.iter().zip(&mut rounds) {
+                let (target, samples) = (*target, sizes.cpu_samples);
+                rounds.push(run(async move {
+                    cpu::cancel_latency(&target, busy, samples, cpu::SPIN_US).await
+                })?);
+            }
+        }
+        for ((mode, _), runs) in modes.iter().zip(&rounds) {
+            let of_rounds =
+                |p: f64| Interval::of(&runs.iter().map(|r| us(&r.samples, p)).collect::<Vec<_>>());
             latency.row(&[
                 (*mode).to_owned(),
                 if busy == 0 {
@@ -918,10 +931,15 @@ fn cpu_tables(sizes: &Sizes) -> Result<String, Box<dyn std::error::Error>> {
                 } else {
                     format!("{busy} × {} µs, replaced as answered", cpu::SPIN_US)
                 },
-                micros(percentile(&result.samples, 50.0)),
-                micros(percentile(&result.samples, 99.0)),
-                micros(percentile(&result.samples, 100.0)),
-                result.missed.to_string(),
+                of_rounds(50.0).show(1),
+                of_rounds(99.0).show(1),
+                format!(
+                    "{:.1}",
+                    runs.iter()
+                        .map(|r| us(&r.samples, 100.0))
+                        .fold(0.0, f64::max)
+                ),
+                runs.iter().map(|r| r.missed).sum::<usize>().to_string(),
             ]);
         }
     }
@@ -935,17 +953,22 @@ fn cpu_tables(sizes: &Sizes) -> Result<String, Box<dyn std::error::Error>> {
         "`CancelStack::lsp()`, LSP framing, in-memory duplex, one connection; client and server share the runtime's 2 \
          workers. A computing handler spins on `Instant::now()` for {} µs in one poll (`bench/spin`). Inline: the \
          driver's default; spawned: `Server::spawn_requests(true)`; limit {SPAWNED_LIMIT}: spawned, over \
-         `ConcurrencyLimit::new({SPAWNED_LIMIT})` below the stack. Throughput: median of {} runs of {} computing \
-         requests ({} trivial ones, a quarter of that with 1 in flight), the modes alternating.\n\n{}\nCancel \
-         latency: {} cancels per row, one at a time, of a request held by its handler, from just before the \
-         `$/cancelRequest` frame, already serialized, is written to the cancelled reply read, while the same connection keeps the computing requests in \
-         flight.\n\n{}\nMemory: {} requests held (as in figure 3, counted in a process of their own), heap bytes per \
-         request held, the client's share included.\n\n{}",
+         `ConcurrencyLimit::new({SPAWNED_LIMIT})` below the stack. Throughput: {} rounds, the three modes \
+         alternating within each round; in each, {} computing requests ({} trivial ones, a quarter of that with 1 in \
+         flight). Each cell is the mean of the rounds with its 95% interval; each ratio is the mean of the rounds' \
+         ratios.\n\n{}\nCancel latency: {} rounds, the three modes alternating within each round; in each, {} \
+         cancels one at a time, of a request held by its handler, from just before the `$/cancelRequest` frame, \
+         already serialized, is written to the cancelled reply read, while the same connection keeps the computing \
+         requests in flight. p50 and p99: the mean of the rounds' percentiles with its 95% interval; the max is the \
+         largest of every round's, and the missed are counted over all of them.\n\n{}\nMemory: {} requests held (as \
+         in figure 3, counted in a process of their own), heap bytes per request held, the client's share \
+         included. Counted, not timed: one run each.\n\n{}",
         cpu::SPIN_US,
         sizes.e2e_rounds,
         sizes.cpu_requests,
         sizes.e2e_requests,
         throughput.finish(),
+        sizes.cpu_latency_rounds,
         sizes.cpu_samples,
         latency.finish(),
         held,
