@@ -28,7 +28,7 @@ use tower_cancel_bench::{
     overhead, peers,
     plot::{self, Series},
     replicas,
-    report::{median, micros, percentile, Table},
+    report::{micros, percentile, Table},
     run::on_fresh_runtime as run,
     scale,
     stats::{Interval, Verdict},
@@ -58,7 +58,10 @@ struct Sizes {
     cpu_samples: usize,
     /// Rounds of figure 6's latency table, the modes alternating within each.
     cpu_latency_rounds: usize,
+    /// Hang-ups per round of figure 8's latency table.
     http_samples: usize,
+    /// Rounds of figure 8's latency table, the servers alternating within each.
+    http_latency_rounds: usize,
     http_clients: usize,
     http_requests: u64,
     replica_samples: usize,
@@ -81,7 +84,8 @@ const FULL: Sizes = Sizes {
     cpu_requests: 20_000,
     cpu_samples: 250,
     cpu_latency_rounds: 6,
-    http_samples: 1_000,
+    http_samples: 250,
+    http_latency_rounds: 6,
     http_clients: 16,
     http_requests: 50_000,
     replica_samples: 1_000,
@@ -117,7 +121,8 @@ const QUICK: Sizes = Sizes {
     cpu_requests: 500,
     cpu_samples: 10,
     cpu_latency_rounds: 2,
-    http_samples: 20,
+    http_samples: 10,
+    http_latency_rounds: 2,
     http_clients: 16,
     http_requests: 400,
     replica_samples: 20,
@@ -999,29 +1004,44 @@ const HTTP_THROUGHPUT_TARGETS: [HttpTarget; 4] = [
 ];
 
 fn http_tables(sizes: &Sizes) -> Result<String, Box<dyn std::error::Error>> {
+    // rounds[target]: one run per round, the servers alternating within each round (ABC ABC…), so that drift
+    // touches all alike.
+    let mut rounds = vec![Vec::new(); HTTP_LATENCY_TARGETS.len()];
+    for _ in 0..sizes.http_latency_rounds {
+        for (target, rounds) in HTTP_LATENCY_TARGETS.iter().zip(&mut rounds) {
+            let (target, samples) = (*target, sizes.http_samples);
+            rounds.push(run(async move {
+                http::disconnect_latency(&target, samples).await
+            })?);
+        }
+    }
     let mut latency = Table::new(&[
         "server, revision",
         "p50 (µs)",
         "p99 (µs)",
-        "max (µs)",
+        "max of the rounds (µs)",
         "missed",
         "left in flight",
     ]);
-    for target in HTTP_LATENCY_TARGETS {
-        let samples = sizes.http_samples;
-        let result = run(async move { http::disconnect_latency(&target, samples).await })?;
+    let us = |samples: &[Duration], p: f64| percentile(samples, p).as_secs_f64() * 1e6;
+    for (target, runs) in HTTP_LATENCY_TARGETS.iter().zip(&rounds) {
+        let of_rounds =
+            |p: f64| Interval::of(&runs.iter().map(|r| us(&r.samples, p)).collect::<Vec<_>>());
+        let left: Option<usize> = runs.iter().map(|r| r.left_in_flight).sum();
         latency.row(&[
             target.name.to_owned(),
-            micros(percentile(&result.samples, 50.0)),
-            micros(percentile(&result.samples, 99.0)),
-            micros(percentile(&result.samples, 100.0)),
-            result.missed.to_string(),
-            result
-                .left_in_flight
-                .map_or_else(|| "–".to_owned(), |n| n.to_string()),
+            of_rounds(50.0).show(1),
+            of_rounds(99.0).show(1),
+            format!(
+                "{:.1}",
+                runs.iter()
+                    .map(|r| us(&r.samples, 100.0))
+                    .fold(0.0, f64::max)
+            ),
+            runs.iter().map(|r| r.missed).sum::<usize>().to_string(),
+            left.map_or_else(|| "–".to_owned(), |n| n.to_string()),
         ]);
     }
-    // Rounds interleave the servers, so that drift in the machine's speed touches all alike.
     let mut runs = vec![Vec::new(); HTTP_THROUGHPUT_TARGETS.len()];
     for _ in 0..sizes.e2e_rounds {
         for (target, runs) in HTTP_THROUGHPUT_TARGETS.iter().zip(&mut runs) {
@@ -1032,32 +1052,42 @@ fn http_tables(sizes: &Sizes) -> Result<String, Box<dyn std::error::Error>> {
         }
     }
     let mut throughput = Table::new(&["server, revision", "requests per second", "vs ours"]);
-    let mut ours = 0.0;
-    for (target, runs) in HTTP_THROUGHPUT_TARGETS.iter().zip(&runs) {
-        let per_second = median(runs);
+    // Each row is compared, round by round, with the last of ours above it (or itself): ours of its revision.
+    let mut ours = 0;
+    for (index, target) in HTTP_THROUGHPUT_TARGETS.iter().enumerate() {
         if target.name.starts_with("tower-cancel") {
-            ours = per_second;
+            ours = index;
         }
         throughput.row(&[
             target.name.to_owned(),
-            format!("{per_second:.0}"),
-            format!("{:.2}", per_second / ours),
+            Interval::of(&runs[index]).show(0),
+            if index == ours {
+                "(reference)".to_owned()
+            } else {
+                Interval::of_ratios(&runs[index], &runs[ours]).show(2)
+            },
         ]);
     }
     Ok(format!(
         "One endpoint per server at `/mcp` of an axum router on 127.0.0.1, each in its default configuration (ours \
          with `cancel_on_disconnect_in_sessions(true)`), one tool `sleep {{ms, tag}}` whose guard records the \
          instant its future is dropped (rmcp's tool races its work against the request's `ct`).\n\nDisconnect to \
-         handler stopped: {} requests per row, one at a time, each a raw HTTP/1.1 POST on a new connection; once \
+         handler stopped: {} rounds, the servers alternating within each round, each round on a fresh server; in \
+         each, {} requests one at a time (after 10 uncounted), each a raw HTTP/1.1 POST on a new connection; once \
          the handler runs, the connection is dropped and the time taken from there to the handler's guard dropped \
-         (rmcp's 2025-11-25 sessions are not in this table: a hang-up there is not a cancel).\n\n{}\nThroughput: \
-         {} concurrent clients over one keep-alive reqwest pool (HTTP/1.1), {} `tools/call` of `sleep 0` in all, \
-         median of {} runs, the servers alternating; in 2025-11-25 each client opens its own session first.\n\n{}",
+         (rmcp's 2025-11-25 sessions are not in this table: a hang-up there is not a cancel). p50 and p99: the mean \
+         of the rounds' percentiles with its 95% interval; the max is the largest of every round's; missed and left \
+         in flight (at the end of a round) are summed over the rounds.\n\n{}\nThroughput: {} rounds, the servers \
+         alternating within each round; in each, {} concurrent clients over one keep-alive reqwest pool \
+         (HTTP/1.1), {} `tools/call` of `sleep 0` in all; in 2025-11-25 each client opens its own session first. \
+         Requests per second: the mean of the rounds with its 95% interval; vs ours: the mean of the rounds' ratios \
+         of the row to ours of the same revision.\n\n{}",
+        sizes.http_latency_rounds,
         sizes.http_samples,
         latency.finish(),
+        sizes.e2e_rounds,
         sizes.http_clients,
         sizes.http_requests,
-        sizes.e2e_rounds,
         throughput.finish()
     ))
 }
