@@ -989,18 +989,21 @@ fn handler_name(spin_us: u64) -> String {
     }
 }
 
-/// Figure 8's disconnect latency rows: ours in each revision, rmcp's where a hang-up is its cancel.
-const HTTP_LATENCY_TARGETS: [HttpTarget; 3] = [
+/// Figure 8's disconnect latency rows: ours in each revision, rmcp's where a hang-up is its cancel, and ours in
+/// plain JSON-RPC.
+const HTTP_LATENCY_TARGETS: [HttpTarget; 4] = [
     http::OURS_STATELESS,
     http::RMCP_STATELESS,
     http::OURS_SESSIONS,
+    http::JSONRPC,
 ];
-/// Figure 8's throughput rows, ours first in each revision.
-const HTTP_THROUGHPUT_TARGETS: [HttpTarget; 4] = [
+/// Figure 8's throughput rows, ours first in each revision, then ours in plain JSON-RPC (no peer).
+const HTTP_THROUGHPUT_TARGETS: [HttpTarget; 5] = [
     http::OURS_STATELESS,
     http::RMCP_STATELESS,
     http::OURS_SESSIONS,
     http::RMCP_SESSIONS,
+    http::JSONRPC,
 ];
 
 fn http_tables(sizes: &Sizes) -> Result<String, Box<dyn std::error::Error>> {
@@ -1071,7 +1074,10 @@ fn http_tables(sizes: &Sizes) -> Result<String, Box<dyn std::error::Error>> {
     Ok(format!(
         "One endpoint per server at `/mcp` of an axum router on 127.0.0.1, each in its default configuration (ours \
          with `cancel_on_disconnect_in_sessions(true)`), one tool `sleep {{ms, tag}}` whose guard records the \
-         instant its future is dropped (rmcp's tool races its work against the request's `ct`).\n\nDisconnect to \
+         instant its future is dropped (rmcp's tool races its work against the request's `ct`). The last row of \
+         each table is ours in plain JSON-RPC, for reference: `JsonRpc` at `/rpc` over `CancelStack::lsp()`, a \
+         method `sleep {{ms, tag}}` in place of the tool, one request per POST and its reply the body (no MCP: no \
+         session, no `_meta`, no MCP headers).\n\nDisconnect to \
          handler stopped: {} rounds, the servers alternating within each round, each round on a fresh server; in \
          each, {} requests one at a time (after 10 uncounted), each a raw HTTP/1.1 POST on a new connection; once \
          the handler runs, the connection is dropped and the time taken from there to the handler's guard dropped \
@@ -1081,7 +1087,7 @@ fn http_tables(sizes: &Sizes) -> Result<String, Box<dyn std::error::Error>> {
          alternating within each round; in each, {} concurrent clients over one keep-alive reqwest pool \
          (HTTP/1.1), {} `tools/call` of `sleep 0` in all; in 2025-11-25 each client opens its own session first. \
          Requests per second: the mean of the rounds with its 95% interval; vs ours: the mean of the rounds' ratios \
-         of the row to ours of the same revision.\n\n{}",
+         of the row to ours of the same revision (the plain JSON-RPC row has no peer).\n\n{}",
         sizes.http_latency_rounds,
         sizes.http_samples,
         latency.finish(),

@@ -1,5 +1,6 @@
 //! The clients of figure 8: raw HTTP/1.1 over a `TcpStream` (to hang up at an exact moment), and reqwest (a
-//! keep-alive pool, for throughput). Both send what an MCP client sends in each revision.
+//! keep-alive pool, for throughput). Both send what an MCP client sends in each revision, or a plain JSON-RPC
+//! client's request.
 
 use std::{io, net::SocketAddr};
 
@@ -23,8 +24,13 @@ fn meta() -> Value {
     })
 }
 
-/// The body of a `tools/call` of `sleep {ms, tag}` with JSON-RPC id `id`.
+/// The body of a `tools/call` of `sleep {ms, tag}` with JSON-RPC id `id` (plain JSON-RPC: a `sleep` request).
 pub fn sleep_body(speaks: Speaks, id: u64, ms: u64, tag: u64) -> String {
+    if speaks == Speaks::JsonRpc {
+        let params = json!({ "ms": ms, "tag": tag });
+        return json!({ "jsonrpc": "2.0", "id": id, "method": "sleep", "params": params })
+            .to_string();
+    }
     let mut params = json!({ "name": "sleep", "arguments": { "ms": ms, "tag": tag } });
     if speaks == Speaks::Stateless {
         params["_meta"] = meta();
@@ -46,23 +52,26 @@ const INITIALIZED: &str = r#"{"jsonrpc":"2.0","method":"notifications/initialize
 /// The headers of a POST in `speaks`, besides the body's own: the session, or the stateless revision's echoes
 /// of the body (a `tools/call` of `sleep`).
 fn headers(speaks: Speaks, session: Option<&str>, call: bool) -> Vec<(&'static str, String)> {
-    let mut headers = vec![
-        ("content-type", "application/json".to_owned()),
-        ("accept", ACCEPT.to_owned()),
-    ];
+    let mut headers = vec![("content-type", "application/json".to_owned())];
+    let Some(version) = speaks.version() else {
+        // Plain JSON-RPC: the reply is JSON, never a stream.
+        headers.push(("accept", "application/json".to_owned()));
+        return headers;
+    };
+    headers.push(("accept", ACCEPT.to_owned()));
     if let Some(session) = session {
         headers.push(("mcp-session-id", session.to_owned()));
-        headers.push(("mcp-protocol-version", speaks.version().to_owned()));
+        headers.push(("mcp-protocol-version", version.to_owned()));
     }
     if speaks == Speaks::Stateless && call {
-        headers.push(("mcp-protocol-version", speaks.version().to_owned()));
+        headers.push(("mcp-protocol-version", version.to_owned()));
         headers.push(("mcp-method", "tools/call".to_owned()));
         headers.push(("mcp-name", "sleep".to_owned()));
     }
     headers
 }
 
-/// Write a raw HTTP/1.1 POST of `body` to `/mcp` and give the open connection (drop it to hang up).
+/// Write a raw HTTP/1.1 POST of `body` to the endpoint and give the open connection (drop it to hang up).
 pub async fn raw_post(
     addr: SocketAddr,
     speaks: Speaks,
@@ -72,7 +81,8 @@ pub async fn raw_post(
     let mut stream = TcpStream::connect(addr).await?;
     stream.set_nodelay(true)?;
     let mut head = format!(
-        "POST /mcp HTTP/1.1\r\nhost: {addr}\r\ncontent-length: {}\r\n",
+        "POST {} HTTP/1.1\r\nhost: {addr}\r\ncontent-length: {}\r\n",
+        speaks.path(),
         body.len()
     );
     for (name, value) in headers(speaks, session, true) {

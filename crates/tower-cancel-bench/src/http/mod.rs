@@ -11,6 +11,8 @@
 //!   `cancel_on_disconnect_in_sessions(true)` (the revision's default is that a hang-up is not a cancel).
 //! - rmcp's ([`crate::peers::rmcp_http`]): `StreamableHttpService` with its `LocalSessionManager`; its tool races
 //!   the work against the request's `ct`, because rmcp fires that token and does not drop the handler.
+//! - ours in plain JSON-RPC ([`jsonrpc`]): `JsonRpc` at `/rpc` over the same kind of stack, a method `sleep` in
+//!   place of the tool: no MCP on top, so its rows show what the MCP endpoint's own work costs.
 //!
 //! # The workloads
 //!
@@ -22,6 +24,7 @@
 //!   number of `sleep 0` calls in all; each client opens its own session first in the session revision.
 
 pub mod client;
+pub mod jsonrpc;
 pub mod ours;
 
 use std::{
@@ -51,21 +54,32 @@ pub enum Speaks {
     Sessions,
     /// `2026-07-28`: no session; each request carries its version and client in `_meta`, and headers that echo it.
     Stateless,
+    /// Plain JSON-RPC (not MCP): a `sleep` request per POST to `/rpc`, its reply the response's body.
+    JsonRpc,
 }
 
 impl Speaks {
-    /// The protocol version, as the `MCP-Protocol-Version` header gives it.
-    pub fn version(self) -> &'static str {
+    /// The protocol version, as the `MCP-Protocol-Version` header gives it (none: plain JSON-RPC).
+    pub fn version(self) -> Option<&'static str> {
         match self {
-            Self::Sessions => "2025-11-25",
-            Self::Stateless => "2026-07-28",
+            Self::Sessions => Some("2025-11-25"),
+            Self::Stateless => Some("2026-07-28"),
+            Self::JsonRpc => None,
+        }
+    }
+
+    /// The endpoint's path.
+    pub fn path(self) -> &'static str {
+        match self {
+            Self::Sessions | Self::Stateless => "/mcp",
+            Self::JsonRpc => "/rpc",
         }
     }
 }
 
 /// A running server: where it listens, and (ours) how many of its requests are in flight.
 pub struct Running {
-    /// Its address on loopback; the endpoint is `/mcp`.
+    /// Its address on loopback; the endpoint is at [`Speaks::path`].
     pub addr: SocketAddr,
     /// Requests in flight now, where the server can say.
     pub in_flight: Option<Box<dyn Fn() -> usize + Send + Sync>>,
@@ -121,6 +135,13 @@ pub const RMCP_SESSIONS: HttpTarget = HttpTarget {
     start: crate::peers::rmcp_http::start,
 };
 
+/// Our plain JSON-RPC endpoint (`JsonRpc`), a hang-up a cancel (its default).
+pub const JSONRPC: HttpTarget = HttpTarget {
+    name: "tower-cancel-http, plain JSON-RPC (`JsonRpc`)",
+    speaks: Speaks::JsonRpc,
+    start: jsonrpc::start,
+};
+
 /// Tags unique over the whole process, so that no run reads another's stop (and none meets the small tags the
 /// other workloads use: theirs are their request ids).
 fn next_tag() -> u64 {
@@ -147,7 +168,7 @@ pub async fn disconnect_latency(
     let server = (target.start)().await?;
     let session = match target.speaks {
         Speaks::Sessions => Some(client::raw_session(server.addr).await?),
-        Speaks::Stateless => None,
+        Speaks::Stateless | Speaks::JsonRpc => None,
     };
     let mut result = DisconnectLatency {
         samples: Vec::with_capacity(samples),
@@ -193,12 +214,12 @@ pub async fn throughput(target: &HttpTarget, clients: usize, total: u64) -> io::
         .pool_max_idle_per_host(clients)
         .build()
         .map_err(io::Error::other)?;
-    let url = Arc::new(format!("http://{}/mcp", server.addr));
+    let url = Arc::new(format!("http://{}{}", server.addr, target.speaks.path()));
     let mut sessions = Vec::with_capacity(clients);
     for _ in 0..clients {
         sessions.push(match target.speaks {
             Speaks::Sessions => Some(client::session(&http, &url).await?),
-            Speaks::Stateless => None,
+            Speaks::Stateless | Speaks::JsonRpc => None,
         });
     }
     // Every call of one client is the same bytes: made once, outside the timing.
@@ -269,11 +290,17 @@ mod tests {
     /// handlers stopped by a hang-up, nothing left in flight.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn every_server_serves_and_stops_on_hang_up() {
-        for target in [OURS_STATELESS, RMCP_STATELESS, OURS_SESSIONS, RMCP_SESSIONS] {
+        for target in [
+            OURS_STATELESS,
+            RMCP_STATELESS,
+            OURS_SESSIONS,
+            RMCP_SESSIONS,
+            JSONRPC,
+        ] {
             let per_second = throughput(&target, 4, 40).await.unwrap();
             assert!(per_second > 0.0, "{}", target.name);
         }
-        for target in [OURS_STATELESS, RMCP_STATELESS, OURS_SESSIONS] {
+        for target in [OURS_STATELESS, RMCP_STATELESS, OURS_SESSIONS, JSONRPC] {
             let result = disconnect_latency(&target, 3).await.unwrap();
             assert_eq!(
                 (result.samples.len(), result.missed),
