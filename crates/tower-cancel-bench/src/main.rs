@@ -138,9 +138,11 @@ const QUICK: Sizes = Sizes {
     },
 };
 
-/// Ours first, then the peers with their limits set to the work's real need, then the peers at their defaults.
-const LSP_TARGETS: [Target; 5] = [
+/// Ours first, then the hand-written baseline, the peers with their limits set to the work's real need, then the
+/// peers at their defaults.
+const LSP_TARGETS: [Target; 6] = [
     LSP_STACK,
+    peers::BASELINE,
     peers::TOWER_LSP,
     peers::ASYNC_LSP,
     peers::TOWER_LSP_DEFAULTS,
@@ -386,6 +388,18 @@ fn overhead_table(sizes: &Sizes, criterion: Option<&Path>, targets: &mut Targets
             );
         }
     }
+    // The stack against what a user would otherwise write around the same bare service, round by round.
+    let versus_hand_written =
+        Interval::of_differences(&times[overhead::STACK], &times[overhead::HAND_WRITTEN]);
+    targets.add(
+        "(the stack against the hand-written map of tokens and select!, reported)",
+        format!(
+            "{} ns per request (stack − hand-written)",
+            versus_hand_written.show(0)
+        ),
+        "1",
+        "reported",
+    );
     // Cancels across replicas: a scope attached to a replica costs a request that is never cancelled nothing
     // (only a cancel that misses looks at the attachment). Measured as the paired difference of the two exchanges.
     let attached = Interval::of_differences(
@@ -406,7 +420,10 @@ fn overhead_table(sizes: &Sizes, criterion: Option<&Path>, targets: &mut Targets
          string, id, params), calls the service and polls its answer to the end with a real (`Arc`) waker. Each \
          variant is compared with the bare service of its shape, round by round: the plain shape (numeric id, small \
          params, a handler ready at once, which never has the stack register a waker nor arm a timer), a handler \
-         that awaits once (`tokio::task::yield_now`), and a string id with 4 KiB params.\n\nThe last column is \
+         that awaits once (`tokio::task::yield_now`), and a string id with 4 KiB params. The hand-written row is what a \
+         user without this library wraps the same bare service in: a `CancellationToken` per request in a \
+         `Mutex<HashMap<Id, _>>`, `tokio::select!` between the inner future and `token.cancelled()` (boxed, as a \
+         hand-written `Service` future is), the entry removed when it ends.\n\nThe last column is \
          criterion's, from the `cargo bench` run.sh makes just before (\"–\" when it did not): its point estimate of \
          the time per call, the slope of its regression of time on iterations (the mean where it has no slope), \
          with its 95% bootstrap interval. It is not a median.\n\n{}",

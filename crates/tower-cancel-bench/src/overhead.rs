@@ -6,6 +6,9 @@
 //! - a handler that awaits once (`tokio::task::yield_now`) before answering, as real handlers do, with and without a
 //!   timeout: the stack registers the waker, the timeout arms its timer;
 //! - a string id (a UUID's 36 characters, as MCP clients send them) and 4 KiB params.
+//!
+//! Beside the stack, the hand-written baseline ([`peers::baseline::Service`]): what a user without this library
+//! wraps a service in (a token in a map per request, `tokio::select!` against it, the entry removed at the end).
 
 use std::{
     future::Future,
@@ -24,6 +27,8 @@ use tower_cancel::{
     BoxError, CancelLayer, CancelStack, CascadeLayer, ErrorMapLayer, Id, Outbox, Request, Response,
     Scope, TimeoutLayer,
 };
+
+use crate::peers;
 
 /// One way of serving a request: called with the request's id, it makes the request, calls the service and polls
 /// the answer to the end.
@@ -52,16 +57,18 @@ impl std::fmt::Debug for Variant {
 pub const BARE: usize = 1;
 /// The index of the full default stack over the plain handler.
 pub const STACK: usize = 6;
+/// The index of the hand-written baseline (a map of tokens, `tokio::select!`) over the plain bare service.
+pub const HAND_WRITTEN: usize = 7;
 /// The index of the bare service over a handler that awaits once.
-pub const BARE_YIELDING: usize = 8;
+pub const BARE_YIELDING: usize = 9;
 /// The index of the full default stack over a handler that awaits once.
-pub const STACK_YIELDING: usize = 9;
+pub const STACK_YIELDING: usize = 10;
 /// The index of the MCP stack over requests of a session's exchange.
-pub const STACK_EXCHANGE: usize = 11;
+pub const STACK_EXCHANGE: usize = 12;
 /// The index of the same with the session's scope attached to a replica.
-pub const STACK_EXCHANGE_REPLICA: usize = 12;
+pub const STACK_EXCHANGE_REPLICA: usize = 13;
 /// The index of the bare service over requests with a string id and 4 KiB params.
-pub const BARE_STRING_ID: usize = 13;
+pub const BARE_STRING_ID: usize = 14;
 
 /// The variants measured: the request alone, then for each shape its bare service followed by the layers or stacks
 /// over it.
@@ -103,6 +110,11 @@ pub fn variants() -> Vec<Variant> {
             "CancelStack::lsp() (full default stack)",
             Some(BARE),
             call(CancelStack::lsp().layer(service_fn(trivial)), request),
+        ),
+        with(
+            "hand-written: map of tokens, select! (what users would otherwise write)",
+            Some(BARE),
+            call(peers::baseline::Service::new(service_fn(bare)), request),
         ),
         with(
             "CancelStack::lsp().timeout(30 s)",

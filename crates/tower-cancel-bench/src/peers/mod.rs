@@ -1,6 +1,7 @@
 //! The peers compared with, each serving the workload of [`crate::target`] with its own cancellation.
 
 pub mod async_lsp;
+pub mod baseline;
 #[cfg(test)]
 mod lsp_check;
 pub mod rmcp;
@@ -37,6 +38,13 @@ pub const ASYNC_LSP_DEFAULTS: Target = Target {
     serve: async_lsp::serve_defaults,
 };
 
+/// The hand-written baseline: what a user without this library writes (a map of tokens, `tokio::select!`).
+pub const BASELINE: Target = Target {
+    name: "hand-written (map of tokens, select!)",
+    protocol: Protocol::Lsp,
+    serve: baseline::serve,
+};
+
 /// rmcp, the official Rust SDK of MCP.
 pub const RMCP: Target = Target {
     name: "rmcp 3.11",
@@ -50,5 +58,6 @@ pub const ALL: &[Target] = &[
     TOWER_LSP_DEFAULTS,
     ASYNC_LSP,
     ASYNC_LSP_DEFAULTS,
+    BASELINE,
     RMCP,
 ];
