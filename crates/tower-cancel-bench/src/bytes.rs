@@ -10,7 +10,7 @@
 
 use std::{io, path::PathBuf, process::Command};
 
-use crate::{client::Transport, scale, target, workload};
+use crate::{client::Transport, connections, scale, target, workload};
 
 /// The name of the binary that counts.
 pub const BINARY: &str = "heap_bytes";
@@ -22,6 +22,8 @@ pub enum Held<'a> {
     OverConnection(&'a str, Transport, u64),
     /// Requests held in process, through `CancelStack::lsp()` (true) or the bare service ([`scale::bytes_per_request`]).
     InProcess(bool, usize),
+    /// Idle connections to the target of this name, per connection ([`connections::idle_bytes`]).
+    IdleConnections(&'a str, usize),
 }
 
 impl Held<'_> {
@@ -38,6 +40,9 @@ impl Held<'_> {
                 if stack { "stack" } else { "bare" }.to_owned(),
                 count.to_string(),
             ],
+            Held::IdleConnections(name, count) => {
+                vec!["idle".to_owned(), name.to_owned(), count.to_string()]
+            }
         }
     }
 }
@@ -107,8 +112,17 @@ pub fn run_measurement(args: &[String]) -> Result<f64, String> {
             let _entered = runtime.enter();
             Ok(scale::bytes_per_request(stack, count))
         }
+        Some("idle") => {
+            let name = args.get(1).ok_or("a target's name is missing")?;
+            let target = target::by_name(name).ok_or(format!("no target {name}"))?;
+            let count = number(args.get(2))? as usize;
+            crate::run::on_fresh_runtime(async move {
+                connections::idle_bytes(&target, count).await
+            })
+            .map_err(|e| e.to_string())
+        }
         _ => Err(
-            "usage: heap_bytes connection NAME duplex|unix COUNT | in-process bare|stack COUNT"
+            "usage: heap_bytes connection NAME duplex|unix COUNT | in-process bare|stack COUNT | idle NAME COUNT"
                 .to_owned(),
         ),
     }

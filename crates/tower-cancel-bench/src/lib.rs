@@ -8,6 +8,7 @@
 
 pub mod bytes;
 pub mod client;
+pub mod connections;
 pub mod cpu;
 pub mod criterion_results;
 pub mod http;

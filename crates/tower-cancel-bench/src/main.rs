@@ -19,7 +19,7 @@ use std::{
 use tower_cancel_bench::{
     bytes::{self, Held},
     client::{Shape, Transport},
-    cpu, criterion_results,
+    connections, cpu, criterion_results,
     http::{self, HttpTarget},
     ours::{
         LSP_BARE, LSP_STACK, LSP_STACK_KEEPING, LSP_STACK_SPAWNED, LSP_STACK_SPAWNED_LIMITED,
@@ -66,6 +66,9 @@ struct Sizes {
     http_requests: u64,
     replica_samples: usize,
     storm: StormSizes,
+    idle_connections: usize,
+    busy_requests: u64,
+    connection_rounds: usize,
 }
 
 const FULL: Sizes = Sizes {
@@ -102,6 +105,9 @@ const FULL: Sizes = Sizes {
         close_rounds: 3,
         close_before: Duration::from_millis(1_100),
     },
+    idle_connections: 1_000,
+    busy_requests: 10_000,
+    connection_rounds: 6,
 };
 
 const QUICK: Sizes = Sizes {
@@ -136,6 +142,9 @@ const QUICK: Sizes = Sizes {
         close_rounds: 2,
         close_before: Duration::from_millis(300),
     },
+    idle_connections: 50,
+    busy_requests: 200,
+    connection_rounds: 2,
 };
 
 /// Ours first, then the hand-written baseline, the peers with their limits set to the work's real need, then the
@@ -250,6 +259,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             storm_text,
         );
         storm_bars = bars;
+    }
+    if wanted("11") {
+        section(
+            "11. Many connections: idle ones' memory, busy ones' throughput beside them",
+            connections_table(sizes, &mut targets)?,
+        );
     }
 
     let targets = if targets.is_empty() {
@@ -1168,5 +1183,94 @@ fn replicas_table(
          blocking `XREAD`). The `replicas` example measures the same through HTTP (`--cancels 1000`): the POST to \
          B included.\n\n{}",
         table.finish()
+    ))
+}
+
+fn connections_table(
+    sizes: &Sizes,
+    targets: &mut Targets,
+) -> Result<String, Box<dyn std::error::Error>> {
+    let idle = sizes.idle_connections;
+    let mut memory = Table::new(&["target", "heap bytes per idle connection"]);
+    let mut reported = Vec::new();
+    for target in connections::TARGETS {
+        let bytes = bytes::measure(Held::IdleConnections(target.name, idle))?;
+        reported.push(format!("{bytes:.0} ({})", target.name));
+        memory.row(&[target.name.to_owned(), format!("{bytes:.0}")]);
+    }
+    targets.add(
+        "(memory per idle connection, reported)",
+        format!("bytes per idle connection: {}", reported.join(", ")),
+        "11",
+        "reported",
+    );
+    // without[target], with[target]: one entry per round. Within a round the targets alternate, and each target's
+    // two runs swap their order from one round to the next (without first, then with first), so that neither
+    // always runs second.
+    let count = connections::TARGETS.len();
+    let (mut without, mut with) = (vec![Vec::new(); count], vec![Vec::new(); count]);
+    for round in 0..sizes.connection_rounds {
+        for (index, target) in connections::TARGETS.iter().enumerate() {
+            let order = if round % 2 == 0 { [0, idle] } else { [idle, 0] };
+            for idle_now in order {
+                let (target, requests) = (*target, sizes.busy_requests);
+                let per_second = run(async move {
+                    connections::busy_throughput(target, idle_now, requests).await
+                })?;
+                if idle_now == 0 {
+                    without[index].push(per_second);
+                } else {
+                    with[index].push(per_second);
+                }
+            }
+        }
+    }
+    let mut throughput = Table::new(&[
+        "target",
+        "busy alone (req/s)",
+        &format!("beside {idle} idle (req/s)"),
+        "beside idle / alone",
+    ]);
+    for (index, target) in connections::TARGETS.iter().enumerate() {
+        let ratio = Interval::of_ratios(&with[index], &without[index]);
+        throughput.row(&[
+            target.name.to_owned(),
+            Interval::of(&without[index]).show(0),
+            Interval::of(&with[index]).show(0),
+            ratio.show(3),
+        ]);
+        if index == 0 {
+            targets.add(
+                &format!("(busy connections' throughput beside {idle} idle ones, ours, reported)"),
+                format!("{} of alone", ratio.show(3)),
+                "11",
+                "reported",
+            );
+        }
+    }
+    Ok(format!(
+        "One process, one 2-worker runtime, clients and servers on it alike: each connection's serve future a task \
+         of its own, as a server's accept loop spawns them, over a Unix socket pair (the kernel holds the socket \
+         buffers, not the heap). An idle connection is initialized (`initialize`, its reply, `initialized`), has \
+         served one trivial `bench/work`, and then has nothing in flight; its client is a bare socket that writes \
+         nothing more. Every connection is served with the busy work's concurrency limit ({window}; ours and the \
+         hand-written one have none): a server configures its connections alike.\n\nMemory: {idle} idle \
+         connections opened one after another in a process that counts its heap (the `heap_bytes` binary), the \
+         whole process's heap growth over opening them divided by their number: the server's state, its serve \
+         task, the runtime's registration of both socket halves, and the client's share (its socket, the same in \
+         every row). One connection is opened and kept before counting starts, so that what only the first costs \
+         is not spread over the rest. Counted, not timed: one run each.\n\n{}\nThroughput: {busy} busy \
+         connections at once, each {} `bench/work` (ms 0) with {window} in flight (the harness's client, as in \
+         figure 2), alone and beside {idle} idle connections to the same target (opened before the clock starts, \
+         closed after it stops); requests per second of all {busy} together, from their start to the last one's \
+         end. {} rounds, the targets alternating within each, each target's two runs in swapped order from one \
+         round to the next; each cell the mean of the rounds with its 95% interval, the ratio the mean of the \
+         rounds' ratios.\n\n{}",
+        memory.finish(),
+        sizes.busy_requests,
+        sizes.connection_rounds,
+        throughput.finish(),
+        window = connections::WINDOW,
+        busy = connections::BUSY,
     ))
 }

@@ -4,9 +4,10 @@
 //! ```text
 //! heap_bytes connection NAME duplex|unix COUNT   # COUNT requests held over a connection to the target NAME
 //! heap_bytes in-process bare|stack COUNT         # COUNT requests held in process
+//! heap_bytes idle NAME COUNT                     # COUNT idle connections to the target NAME (per connection)
 //! ```
 //!
-//! It prints the bytes per request held, and nothing else.
+//! It prints the bytes per request held (per connection, per call), and nothing else.
 
 use std::process::ExitCode;
 
