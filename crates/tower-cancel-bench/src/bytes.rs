@@ -10,7 +10,7 @@
 
 use std::{io, path::PathBuf, process::Command};
 
-use crate::{client::Transport, connections, scale, target, workload};
+use crate::{client::Transport, connections, peer_side, scale, target, workload};
 
 /// The name of the binary that counts.
 pub const BINARY: &str = "heap_bytes";
@@ -24,6 +24,8 @@ pub enum Held<'a> {
     InProcess(bool, usize),
     /// Idle connections to the target of this name, per connection ([`connections::idle_bytes`]).
     IdleConnections(&'a str, usize),
+    /// Outgoing calls of our `Peer` waiting for replies, per call ([`peer_side::pending_bytes`]).
+    PendingCalls(u64),
 }
 
 impl Held<'_> {
@@ -43,6 +45,7 @@ impl Held<'_> {
             Held::IdleConnections(name, count) => {
                 vec!["idle".to_owned(), name.to_owned(), count.to_string()]
             }
+            Held::PendingCalls(count) => vec!["pending-calls".to_owned(), count.to_string()],
         }
     }
 }
@@ -121,8 +124,14 @@ pub fn run_measurement(args: &[String]) -> Result<f64, String> {
             })
             .map_err(|e| e.to_string())
         }
+        Some("pending-calls") => {
+            let count = number(args.get(1))?;
+            crate::run::on_fresh_runtime(async move { peer_side::pending_bytes(count).await })
+                .map_err(|e| e.to_string())
+        }
         _ => Err(
-            "usage: heap_bytes connection NAME duplex|unix COUNT | in-process bare|stack COUNT | idle NAME COUNT"
+            "usage: heap_bytes connection NAME duplex|unix COUNT | in-process bare|stack COUNT | idle NAME COUNT \
+             | pending-calls COUNT"
                 .to_owned(),
         ),
     }

@@ -15,6 +15,7 @@ pub mod http;
 pub mod memory;
 pub mod ours;
 pub mod overhead;
+pub mod peer_side;
 pub mod peers;
 pub mod plot;
 pub mod probe;

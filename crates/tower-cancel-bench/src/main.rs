@@ -25,7 +25,7 @@ use tower_cancel_bench::{
         LSP_BARE, LSP_STACK, LSP_STACK_KEEPING, LSP_STACK_SPAWNED, LSP_STACK_SPAWNED_LIMITED,
         LSP_STACK_TIMEOUT, MCP_STACK, SPAWNED_LIMIT,
     },
-    overhead, peers,
+    overhead, peer_side, peers,
     plot::{self, Series},
     replicas,
     report::{micros, percentile, Table},
@@ -69,6 +69,10 @@ struct Sizes {
     idle_connections: usize,
     busy_requests: u64,
     connection_rounds: usize,
+    pending_calls: u64,
+    peer_requests: u64,
+    peer_rounds: usize,
+    cascade_samples: usize,
 }
 
 const FULL: Sizes = Sizes {
@@ -108,6 +112,10 @@ const FULL: Sizes = Sizes {
     idle_connections: 1_000,
     busy_requests: 10_000,
     connection_rounds: 6,
+    pending_calls: 100_000,
+    peer_requests: 100_000,
+    peer_rounds: 6,
+    cascade_samples: 1_000,
 };
 
 const QUICK: Sizes = Sizes {
@@ -145,6 +153,10 @@ const QUICK: Sizes = Sizes {
     idle_connections: 50,
     busy_requests: 200,
     connection_rounds: 2,
+    pending_calls: 1_000,
+    peer_requests: 2_000,
+    peer_rounds: 2,
+    cascade_samples: 20,
 };
 
 /// Ours first, then the hand-written baseline, the peers with their limits set to the work's real need, then the
@@ -264,6 +276,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         section(
             "11. Many connections: idle ones' memory, busy ones' throughput beside them",
             connections_table(sizes, &mut targets)?,
+        );
+    }
+    if wanted("12") {
+        section(
+            "12. The client side: our Peer's pending calls, outgoing throughput, cascade latency",
+            peer_side_tables(sizes, &mut targets)?,
         );
     }
 
@@ -1272,5 +1290,132 @@ fn connections_table(
         throughput.finish(),
         window = connections::WINDOW,
         busy = connections::BUSY,
+    ))
+}
+
+fn peer_side_tables(
+    sizes: &Sizes,
+    targets: &mut Targets,
+) -> Result<String, Box<dyn std::error::Error>> {
+    let pending = bytes::measure(Held::PendingCalls(sizes.pending_calls))?;
+    targets.add(
+        "(memory per pending outgoing call, reported)",
+        format!("{pending:.0} bytes per call"),
+        "12",
+        "reported",
+    );
+
+    let mut throughput = Table::new(&[
+        "in flight",
+        "calls",
+        "raw client (req/s)",
+        "our Peer (calls/s)",
+        "Peer / raw client",
+    ]);
+    for &window in sizes.windows {
+        let total = if window == 1 {
+            sizes.peer_requests / 4
+        } else {
+            sizes.peer_requests
+        };
+        // The raw client and the Peer alternate, round after round.
+        let (mut raw, mut ours) = (Vec::new(), Vec::new());
+        for _ in 0..sizes.peer_rounds {
+            raw.push(
+                run(async move {
+                    workload::throughput(
+                        &LSP_BARE,
+                        Transport::Unix,
+                        window,
+                        total,
+                        None,
+                        Shape::default(),
+                    )
+                    .await
+                })?
+                .per_second,
+            );
+            ours.push(run(async move {
+                peer_side::calls_per_second(window, total).await
+            })?);
+        }
+        let ratio = Interval::of_ratios(&ours, &raw);
+        throughput.row(&[
+            window.to_string(),
+            total.to_string(),
+            Interval::of(&raw).show(0),
+            Interval::of(&ours).show(0),
+            ratio.show(3),
+        ]);
+        targets.add(
+            &format!("(outgoing calls per second, {window} in flight, reported)"),
+            format!("{} of the raw client", ratio.show(3)),
+            "12",
+            "reported",
+        );
+    }
+
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    let (mut cancel_p50, mut cancel_p99, mut reply_p50, mut reply_p99) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut max, mut missed) = (0.0f64, 0);
+    for _ in 0..sizes.latency_rounds {
+        let samples = sizes.cascade_samples;
+        let round = run(async move { peer_side::cascade_latency(samples).await })?;
+        cancel_p50.push(us(percentile(&round.outgoing_cancel, 50.0)));
+        cancel_p99.push(us(percentile(&round.outgoing_cancel, 99.0)));
+        reply_p50.push(us(percentile(&round.reply, 50.0)));
+        reply_p99.push(us(percentile(&round.reply, 99.0)));
+        max = max.max(us(percentile(&round.outgoing_cancel, 100.0)));
+        missed += round.missed;
+    }
+    let mut cascade = Table::new(&["read by the client", "p50 (µs)", "p99 (µs)"]);
+    cascade.row(&[
+        "the outgoing call's `$/cancelRequest`".to_owned(),
+        Interval::of(&cancel_p50).show(1),
+        Interval::of(&cancel_p99).show(1),
+    ]);
+    cascade.row(&[
+        "the cancelled request's -32800 reply".to_owned(),
+        Interval::of(&reply_p50).show(1),
+        Interval::of(&reply_p99).show(1),
+    ]);
+    let p99 = Interval::of(&cancel_p99);
+    targets.add(
+        "(cascade: a cancel to the nested call's cancel read, reported)",
+        format!(
+            "p50 {} µs, p99 {} µs",
+            Interval::of(&cancel_p50).show(1),
+            p99.show(1)
+        ),
+        "12",
+        "reported",
+    );
+    Ok(format!(
+        "Our `Peer` as a transport's connection gives it: `Server::with_stack(CancelStack::lsp(), handler)` over one \
+         end of a Unix socket pair, `Server::peer()` sending through the connection, the driver handing it the \
+         replies it reads.\n\nMemory: {} calls sent to a side that reads them and never answers, each call's \
+         future held in a `FuturesUnordered` and polled once (its waker registered, as an awaited call's is); the \
+         whole process's heap growth from before the first call to the other side having read them all, divided by \
+         their number, in a process that counts its heap (the `heap_bytes` binary). The call's future, its entry in \
+         the pending table, its `FuturesUnordered` node are all in it. One run (counted, not timed): **{pending:.0} \
+         bytes per pending call**.\n\nThroughput: calls completed per second over one connection, at most N in \
+         flight (as one completes the next is made), `bench/work` with ms 0 against the bare driver, which answers \
+         at once; the reference is the harness's raw client (the one of figure 2: frames written in batches, \
+         replies parsed for their id only) against the same server. {} rounds, raw client and Peer alternating \
+         within each; each cell the mean of the rounds with its 95% interval, the ratio the mean of the rounds' \
+         ratios.\n\n{}\nCascade: a client (raw frames) sends `bench/nested` to our LSP stack; its handler calls \
+         the client back through its context's peer (`bench/held`, never answered), so that the call is a child of \
+         the request (`CascadeLayer`). Once the client has read that call, it cancels `bench/nested`; the clock \
+         starts just before the cancel frame, already serialized, is written, and stops when the client reads the \
+         `$/cancelRequest` of the outgoing call (and, second row, the -32800 reply to its own request). One cascade \
+         at a time, nothing else in flight; {} rounds of {} cascades, each on a fresh runtime; each cell the mean of \
+         the rounds' percentiles with its 95% interval. Max over the rounds: {max:.1} µs; missed: {missed}.\n\n{}",
+        sizes.pending_calls,
+        sizes.peer_rounds,
+        throughput.finish(),
+        sizes.latency_rounds,
+        sizes.cascade_samples,
+        cascade.finish()
     ))
 }
