@@ -110,11 +110,11 @@ const FULL: Sizes = Sizes {
         close_before: Duration::from_millis(1_100),
     },
     idle_connections: 1_000,
-    busy_requests: 10_000,
-    connection_rounds: 6,
+    busy_requests: 20_000,
+    connection_rounds: 10,
     pending_calls: 100_000,
-    peer_requests: 100_000,
-    peer_rounds: 6,
+    peer_requests: 200_000,
+    peer_rounds: 10,
     cascade_samples: 1_000,
 };
 
@@ -1402,7 +1402,8 @@ fn peer_side_tables(
          bytes per pending call**.\n\nThroughput: calls completed per second over one connection, at most N in \
          flight (as one completes the next is made), `bench/work` with ms 0 against the bare driver, which answers \
          at once; the reference is the harness's raw client (the one of figure 2: frames written in batches, \
-         replies parsed for their id only) against the same server. {} rounds, raw client and Peer alternating \
+         replies parsed for their id only) against the same server (the Peer's side includes the `FuturesUnordered` that keeps the calls \
+         awaited). {} rounds, raw client and Peer alternating \
          within each; each cell the mean of the rounds with its 95% interval, the ratio the mean of the rounds' \
          ratios.\n\n{}\nCascade: a client (raw frames) sends `bench/nested` to our LSP stack; its handler calls \
          the client back through its context's peer (`bench/held`, never answered), so that the call is a child of \
