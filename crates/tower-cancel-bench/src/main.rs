@@ -3,7 +3,7 @@
 //! ```text
 //! bash crates/tower-cancel-bench/run.sh              # criterion, then everything here (about 15 minutes on 2 cores)
 //! bash crates/tower-cancel-bench/run.sh --quick      # each workload small: proves the harness works
-//! bash crates/tower-cancel-bench/run.sh --only 3     # one figure (1 to 6, 8 to 10) alone
+//! bash crates/tower-cancel-bench/run.sh --only 3     # one figure (1 to 6, 8 to 12) alone
 //! bash crates/tower-cancel-bench/run.sh --out DIR    # where results.md, cancel-latency.svg and storm.svg go
 //! ```
 //!
@@ -197,7 +197,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             })
         });
     let sizes = if quick { &QUICK } else { &FULL };
-    // `--only N`: run figure N alone (1 to 6, 8, 9 or 10), to profile it or to refresh one table.
+    // `--only N`: run figure N alone (1 to 6, or 8 to 12), to profile it or to refresh one table.
     let only = args
         .iter()
         .position(|a| a == "--only")
