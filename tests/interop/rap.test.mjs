@@ -1,7 +1,7 @@
 // rap_tool_server driven as a RAP runtime drives it, over plain HTTP: Node's fetch invokes the tools (with
 // the bearer token), a callback server of node:http receives the tool results, and the rap_cancel binary (the
 // runtime side of the cancellation, as a command) cancels a call on the server and on a URL that refuses
-// connections. The command lines of both binaries are the contract checked here.
+// connections, and is run against tool servers that answer 500 or never answer (its timeouts, no retry). The command lines of both binaries are the contract checked here.
 import { describe, it, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
@@ -193,6 +193,86 @@ describe("rap_tool_server, invoked over HTTP and cancelled by rap_cancel", () =>
       [],
       "a cancelled call sends no result",
     );
+  });
+});
+
+describe("rap_cancel against tool servers that fail or hang", () => {
+  /** A node:http tool server that records every request and answers `status`, or never answers (`hang`). */
+  async function toolServer(status, { hang = false } = {}) {
+    const hits = [];
+    const sockets = new Set();
+    const server = createServer((req, res) => {
+      let body = "";
+      req.setEncoding("utf8");
+      req.on("data", (chunk) => (body += chunk));
+      req.on("end", () => {
+        hits.push({ method: req.method, path: req.url, authorization: req.headers.authorization, body });
+        if (!hang) res.writeHead(status).end();
+      });
+    });
+    server.on("connection", (socket) => {
+      sockets.add(socket);
+      socket.on("close", () => sockets.delete(socket));
+    });
+    await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+    return {
+      url: `http://127.0.0.1:${server.address().port}`,
+      hits,
+      close() {
+        for (const socket of sockets) socket.destroy();
+        return new Promise((resolve) => server.close(resolve));
+      },
+    };
+  }
+
+  /** Each server got exactly one POST of the cancel, with the token, and nothing more (no retry). */
+  function gotOneCancel(servers, thread, call) {
+    for (const server of servers) {
+      assert.equal(server.hits.length, 1, `${server.url} got ${server.hits.length} requests`);
+      const [hit] = server.hits;
+      assert.equal(hit.method, "POST");
+      assert.equal(hit.path, "/cancel_tool_call");
+      assert.equal(hit.authorization, `Bearer ${TOKEN}`);
+      assert.deepEqual(JSON.parse(hit.body), { thread_id: thread, tool_call_id: call });
+    }
+  }
+
+  it("prints a 200, a 500 and a timeout after --timeout-ms, exits 0, and sends each server one POST", async () => {
+    const servers = [await toolServer(200), await toolServer(500), await toolServer(0, { hang: true })];
+    try {
+      const [ok, failing, hanging] = servers;
+      const args = ["--token", TOKEN, "--thread", "t-9", "--call", "c-9", "--timeout-ms", "300"];
+      const cancel = await run("rap_cancel", [...args, ok.url, failing.url, hanging.url]);
+      assert.equal(cancel.code, 0, `rap_cancel exited with ${cancel.code}: ${cancel.stderr}`);
+      const lines = cancel.stdout.split("\n").filter((line) => line !== "");
+      assert.equal(lines.length, 3, `one line per server: ${JSON.stringify(cancel.stdout)}`);
+      assert.match(lines[0], new RegExp(`^${escape(ok.url)} 200 \\d+ ms$`));
+      assert.match(lines[1], new RegExp(`^${escape(failing.url)} 500 \\d+ ms$`));
+      const timedOut = lines[2].match(new RegExp(`^${escape(hanging.url)} timeout (\\d+) ms$`));
+      assert.ok(timedOut, lines[2]);
+      // Given up on at the flag's timeout, not before it, and not at the default's 2000 ms.
+      const ms = Number(timedOut[1]);
+      assert.ok(ms >= 300 && ms < 2000, `the hanging server was given up on after ${ms} ms`);
+      // Nothing is retried, however each one answered: a while later each still has its one POST.
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      gotOneCancel(servers, "t-9", "c-9");
+    } finally {
+      await Promise.all(servers.map((server) => server.close()));
+    }
+  });
+
+  it("gives a hanging server 2000 ms when no --timeout-ms is given", async () => {
+    const hanging = await toolServer(0, { hang: true });
+    try {
+      const cancel = await run("rap_cancel", ["--token", TOKEN, "--thread", "t", "--call", "c", hanging.url]);
+      assert.equal(cancel.code, 0, `rap_cancel exited with ${cancel.code}: ${cancel.stderr}`);
+      const timedOut = cancel.stdout.trim().match(new RegExp(`^${escape(hanging.url)} timeout (\\d+) ms$`));
+      assert.ok(timedOut, cancel.stdout);
+      assert.ok(Number(timedOut[1]) >= 2000, `given up on after ${timedOut[1]} ms`);
+      gotOneCancel([hanging], "t", "c");
+    } finally {
+      await hanging.close();
+    }
   });
 });
 
