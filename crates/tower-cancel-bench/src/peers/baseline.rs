@@ -1,7 +1,7 @@
 //! The hand-written baseline: what a user without this library writes to serve the LSP workload with cancellation.
 //!
 //! Plain and fair, as tower-lsp-style servers do it by hand, with nothing of tower-cancel:
-//! - a read loop over `Content-Length` frames (a small `tokio-util` [`Decoder`], [`LspCodec`]);
+//! - a read loop over `Content-Length` frames (a small `tokio-util` [`Decoder`], `LspCodec`);
 //! - a `HashMap<Id, CancellationToken>` behind a `std::sync::Mutex`;
 //! - each request on a task of its own (`tokio::spawn`), racing its handler against `token.cancelled()` with
 //!   `tokio::select!`, answering `-32800 RequestCancelled` when the token wins, and removing its entry when done;

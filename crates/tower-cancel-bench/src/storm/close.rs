@@ -35,7 +35,7 @@ pub struct CloseRun {
     pub missed: usize,
     /// From A's client closing A to A's serve future returned (every held request cancelled, the server gone).
     pub close_took: Duration,
-    /// Whether A returned within [`CLOSE_PATIENCE`].
+    /// Whether A returned within `CLOSE_PATIENCE`.
     pub returned: bool,
 }
 
