@@ -645,3 +645,137 @@ async fn a_result_follows_no_redirect() {
     );
     assert_eq!((h.stats().delivered, h.stats().undelivered), (0, 1));
 }
+
+/// Threads with nothing running are kept for their linger only: after it, the next thread that comes sweeps them,
+/// with the early cancels they remembered, so the table holds the threads in use and no more.
+#[tokio::test]
+async fn idle_threads_and_their_early_cancels_are_forgotten_after_their_linger() {
+    // Long enough that nothing before the wait is swept, however slow the machine.
+    const LINGER: Duration = Duration::from_secs(1);
+    let h = Harness::with(
+        CancelStack::new(Rap),
+        |server| server.thread_limits(LINGER, 64),
+        vec![],
+    )
+    .await;
+    h.invoke("t1", "c1", 1).await;
+    h.callback.results(1).await;
+    h.invoke("t2", "c1", 60_000).await;
+    h.probe.started(2).await;
+    h.cancel("t2", "c1").await;
+    // An early cancel: its thread is kept (for the invocation that may follow) with the cancel in it.
+    h.cancel("t3", "c1").await;
+    h.idle().await;
+    assert_eq!(h.server.threads(), 3);
+
+    tokio::time::sleep(LINGER + Duration::from_millis(200)).await;
+    h.invoke("t4", "c1", 1).await;
+    assert_eq!(h.callback.results(2).await[1]["group_id"], "t4");
+    assert_eq!(h.server.threads(), 1, "only the thread just used is left");
+    h.idle().await;
+
+    // The early cancel went with its thread: the same call now runs, and its result is sent.
+    h.invoke("t3", "c1", 1).await;
+    assert_eq!(
+        h.callback.results(3).await[2],
+        result("t3", "c1", r#"{"slept":1}"#)
+    );
+    h.idle().await;
+    let stats = h.stats();
+    assert_eq!(
+        (stats.accepted, stats.cancelled, stats.delivered),
+        (4, 1, 3)
+    );
+}
+
+/// Any authentication layer the user picks guards invocations, cancels and closes alike: here an API key checked
+/// by a middleware of the user's own instead of the bearer token.
+#[tokio::test]
+async fn a_layer_of_the_users_own_guards_every_endpoint_but_discovery() {
+    use axum::{extract::Request as HttpRequest, middleware::Next, response::IntoResponse};
+    use tower::ServiceBuilder;
+    use tower_cancel_http::rap::ToolServer;
+
+    async fn api_key(req: HttpRequest, next: Next) -> axum::response::Response {
+        match req.headers().get("x-api-key") {
+            Some(key) if key == "k-123" => next.run(req).await,
+            _ => StatusCode::UNAUTHORIZED.into_response(),
+        }
+    }
+
+    let probe = support::Probe::default();
+    let tools = support::rap::tools(&probe);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let toolset = tools.toolset("probe-tools", format!("http://{addr}/invoke"));
+    let server = ToolServer::new(
+        toolset,
+        ServiceBuilder::new()
+            .layer(CancelStack::new(Rap))
+            .service(tools),
+    );
+    let router = server
+        .clone()
+        .router_with(axum::middleware::from_fn(api_key));
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    let (callback, callback_url) = support::rap::Callback::start(vec![]).await;
+    let http = reqwest::Client::new();
+    let post = |path: &str, key: Option<&str>, body: Value| {
+        let mut request = http
+            .post(format!("http://{addr}{path}"))
+            .header("content-type", "application/json")
+            .body(body.to_string());
+        if let Some(key) = key {
+            request = request.header("x-api-key", key);
+        }
+        async move { request.send().await.unwrap().status() }
+    };
+    let invocation = |call: &str, ms: u64| {
+        json!({
+            "operation": "sleep", "arguments": {"ms": ms}, "id": call, "call_id": format!("p-{call}"),
+            "callback_url": callback_url, "group_id": "t1",
+        })
+    };
+    let notice = json!({"thread_id": "t1", "tool_call_id": "c1"});
+
+    // Without the key (or with the bearer token the built-in layer would take), nothing is invoked.
+    assert_eq!(
+        post("/invoke", None, invocation("c0", 1)).await,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(server.stats().accepted, 0);
+    // Discovery stays open.
+    let discovery = http
+        .get(format!("http://{addr}/.well-known/rap-toolset"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(discovery.status(), StatusCode::OK);
+
+    assert_eq!(
+        post("/invoke", Some("k-123"), invocation("c1", 300)).await,
+        StatusCode::OK
+    );
+    probe.started(1).await;
+    for path in ["/cancel_tool_call", "/close_thread", "/tool_call_status"] {
+        assert_eq!(
+            post(path, Some("wrong"), notice.clone()).await,
+            StatusCode::UNAUTHORIZED,
+            "{path}"
+        );
+    }
+    // Nothing was cancelled: the call runs to its end and its result is sent.
+    assert_eq!(
+        callback.results(1).await,
+        [result("t1", "c1", r#"{"slept":300}"#)]
+    );
+    assert_eq!(probe.ended(1).await, [end("c1", "completed")]);
+    let stats = server.stats();
+    assert_eq!((stats.cancels, stats.closes, stats.cancelled), (0, 0, 0));
+    // With the key, a cancel is taken (200, for a call already over).
+    assert_eq!(
+        post("/cancel_tool_call", Some("k-123"), notice).await,
+        StatusCode::OK
+    );
+    assert_eq!(server.stats().cancels, 1);
+}
