@@ -54,14 +54,15 @@ async fn measure(a: &Replica, b: &Replica, samples: usize) -> Result<Vec<Duratio
 /// Cross-replica cancels over Redis (`None` when `redis-server` is not installed) and in process.
 #[derive(Debug)]
 pub struct Figures {
-    /// Over Redis, sorted.
-    pub redis: Option<Vec<Duration>>,
-    /// In process, sorted.
-    pub local: Vec<Duration>,
+    /// Over Redis, each round's times sorted.
+    pub redis: Option<Vec<Vec<Duration>>>,
+    /// In process, each round's times sorted.
+    pub local: Vec<Vec<Duration>>,
 }
 
-/// Measure both, `samples` cancels each.
-pub fn run(samples: usize) -> Result<Figures, String> {
+/// Measure both, `samples` cancels each per round, `rounds` rounds, the two buses alternating within each round
+/// (each set up once, before the first).
+pub fn run(samples: usize, rounds: usize) -> Result<Figures, String> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -69,23 +70,35 @@ pub fn run(samples: usize) -> Result<Figures, String> {
         .map_err(|e| e.to_string())?;
     runtime.block_on(async {
         let bus = LocalBus::new();
-        let local = measure(&bus.replica("a"), &bus.replica("b"), samples).await?;
+        let (local_a, local_b) = (bus.replica("a"), bus.replica("b"));
         // No redis-server: the figure says so rather than failing the whole run.
-        let Some(server) = std::panic::catch_unwind(RedisServer::start).ok().flatten() else {
-            return Ok(Figures { redis: None, local });
+        let server = std::panic::catch_unwind(RedisServer::start).ok().flatten();
+        let redis = match &server {
+            Some(server) => {
+                let config = Config::new().stream("bench");
+                let a = RedisBus::start(&server.url(), "a", config.clone())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let b = RedisBus::start(&server.url(), "b", config)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Some((a, b))
+            }
+            None => None,
         };
-        let config = Config::new().stream("bench");
-        let a = RedisBus::start(&server.url(), "a", config.clone())
-            .await
-            .map_err(|e| e.to_string())?;
-        let b = RedisBus::start(&server.url(), "b", config)
-            .await
-            .map_err(|e| e.to_string())?;
-        let redis = measure(a.replica(), b.replica(), samples).await?;
-        Ok(Figures {
-            redis: Some(redis),
-            local,
-        })
+        let mut figures = Figures {
+            redis: redis.as_ref().map(|_| Vec::new()),
+            local: Vec::new(),
+        };
+        for _ in 0..rounds {
+            figures
+                .local
+                .push(measure(&local_a, &local_b, samples).await?);
+            if let (Some((a, b)), Some(rounds)) = (&redis, &mut figures.redis) {
+                rounds.push(measure(a.replica(), b.replica(), samples).await?);
+            }
+        }
+        Ok(figures)
     })
 }
 
