@@ -45,6 +45,16 @@ pub(crate) async fn serves_work_cancel_and_eof(serve: Serve, tag: u64, cancel_er
 
     let work = json!({"jsonrpc": "2.0", "id": 2, "method": "bench/work", "params": {"ms": 3_600_000, "tag": tag}});
     write_frame(&mut cw, work).await;
+    // A trivial request behind it, answered before the cancel is sent: the held handler has begun by then. A cancel
+    // that reaches a handler never polled stops it before its guard exists, with no stop to see (the hand-written
+    // server's `select!` may poll the cancelled token first).
+    let barrier =
+        json!({"jsonrpc": "2.0", "id": 4, "method": "bench/work", "params": {"ms": 0, "tag": 1}});
+    write_frame(&mut cw, barrier).await;
+    assert_eq!(
+        read_frame(&mut cr).await,
+        json!({"jsonrpc": "2.0", "id": 4, "result": "done"})
+    );
     write_frame(
         &mut cw,
         json!({"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": 2}}),
