@@ -153,10 +153,7 @@ impl Connection {
     /// Requests of other connections of the scope are not touched. Returns how many requests this cancelled;
     /// calling it again does no harm.
     pub fn close(&self, reason: CancelReason) -> usize {
-        let _ = self.inner.refusing.set(reason.clone());
-        if let Some(peer) = &self.inner.peer {
-            peer.close();
-        }
+        self.refuse_and_close_peer(&reason);
         self.inner
             .scope
             .registry()
@@ -168,15 +165,21 @@ impl Connection {
     /// with a million requests in flight (about a second of cancelling) does not stall the other connections
     /// served by the same worker. The requests are refused and the peer closed at once, before the first batch.
     pub async fn close_in_turns(&self, reason: CancelReason) -> usize {
-        let _ = self.inner.refusing.set(reason.clone());
-        if let Some(peer) = &self.inner.peer {
-            peer.close();
-        }
+        self.refuse_and_close_peer(&reason);
         self.inner
             .scope
             .registry()
             .cancel_connection_in_turns(self.inner.key, reason)
             .await
+    }
+
+    /// What both closes do before cancelling: later requests are refused with `reason` (the first close's reason
+    /// stays), and the peer's pending calls fail.
+    fn refuse_and_close_peer(&self, reason: &CancelReason) {
+        let _ = self.inner.refusing.set(reason.clone());
+        if let Some(peer) = &self.inner.peer {
+            peer.close();
+        }
     }
 
     /// Stop taking work on this connection: its requests registered from now on start out cancelled with
