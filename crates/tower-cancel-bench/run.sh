@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every benchmark of BENCHMARKS.md in one command (about 30 minutes on 2 cores once built):
+# Every benchmark of BENCHMARKS.md in one command (about 18 minutes on 2 cores, builds included):
 #   bash crates/tower-cancel-bench/run.sh             # criterion micro benches, then the harness (figures 1 to 6 and 8
 #                                                     # to 12, the targets, the plots) into bench-results/
 #   bash crates/tower-cancel-bench/run.sh --only 3    # one figure of the harness alone (no criterion)
@@ -13,6 +13,8 @@ if [[ "${1:-}" == "--quick" ]]; then
   cargo test -p tower-cancel-bench --bench overhead
   cargo build -p tower-cancel-bench --bins
   cargo run -p tower-cancel-bench -- --quick
+  # The distribution of one target's cancel latency (BENCHMARKS.md, the notes on cancel latency), a few cancels.
+  cargo run -p tower-cancel-bench --bin cancel_tail -- "tower-cancel (LSP)" 1 50 1
 else
   if [[ " $* " != *" --only "* ]]; then
     cargo bench -p tower-cancel-bench --bench overhead -- --noplot

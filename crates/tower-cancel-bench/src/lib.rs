@@ -4,7 +4,8 @@
 //! (`src/main.rs`), which runs every figure, judges the targets, prints the tables and writes them with the plot
 //! under `bench-results/`; `--quick` runs each workload small, to show the harness still works (CI runs that). The
 //! harness runs on the plain allocator; the `heap_bytes` binary counts the bytes ([`bytes`]); the `soak` binary is
-//! the soak test ([`soak`]).
+//! the soak test ([`soak`]); the `cancel_tail` binary prints the whole distribution of one target's cancel latency
+//! (figure 3 gives its p50 and p99).
 
 pub mod bytes;
 pub mod client;
