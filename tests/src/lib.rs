@@ -30,7 +30,7 @@
 //! | `panic` | panics |
 //! | `deadline` | answers `{"deadline_ms": n}`: the milliseconds from now to its context's deadline (`null` if none) |
 //! | `progress` | `params.steps` times (default 3): sleeps `params.every` ms, then reports progress `step` of `steps` with the message `"step <step>"` through [`Request::progress`]; if the request carried no progress token and `params.touch` is `true` it calls [`RequestContext::touch`] instead; drops its progress handle, then answers `{"token": <the handle's token or null>, "reports": <reports sent>}` |
-//! | `call` | sends the request `params.method` (with `params.params`) to the other side through its context's [`Peer`](RequestContext::peer) (see [`Probe::nested`]) and answers how that call ended (see below) |
+//! | `call` | sends the request `params.method` (with `params.params`) to the other side through its request's [`Peer`](Request::peer) (see [`Probe::nested`]) and answers how that call ended (see below) |
 //! | anything else | never answers if `params.hang` is `true` (a hanging request of any method), else -32601 |
 //!
 //! `call` takes these options: `timeout_ms` ([`PeerCall::timeout`]), `wait` ([`PeerCall::wait_after_cancel`]),
@@ -289,7 +289,10 @@ impl Probe {
             "progress" => Ok(progress(&req, ctx.as_ref(), &params).await),
             "call" => {
                 let ctx = ctx.as_ref().expect("behind a CancelLayer");
-                Ok(self.call(guard.id.clone(), ctx, &params).await)
+                let peer = req
+                    .peer()
+                    .expect("a connection with a peer, and a CascadeLayer in the stack");
+                Ok(self.call(guard.id.clone(), ctx, peer, &params).await)
             }
             _ if params["hang"] == true => std::future::pending().await,
             other => Err(ErrorObject::method_not_found(other).into()),
@@ -298,12 +301,8 @@ impl Probe {
         result
     }
 
-    /// The `call` method: one request to the other side through the context's peer.
-    async fn call(&self, parent: Id, ctx: &RequestContext, params: &Value) -> Value {
-        let peer = ctx
-            .peer()
-            .expect("a connection with a peer, and a CascadeLayer in the stack")
-            .clone();
+    /// The `call` method: one request to the other side through the request's peer.
+    async fn call(&self, parent: Id, ctx: &RequestContext, peer: Peer, params: &Value) -> Value {
         if params["after_cancel"] == true {
             ctx.cancelled().await;
         }
@@ -941,7 +940,7 @@ pub const ACP_DRAFT_INITIALIZE: (&str, &str) = (
 
 /// A dialect as a raw client speaks it in these tests: its framing, the peer's cancel and the answer to a cancelled
 /// request, byte for byte. What lets one [scenario](scenarios) serve every dialect.
-pub trait Spoken: Dialect {
+pub trait Spoken: Dialect + Clone {
     /// `Content-Length` for LSP, NDJSON for the others.
     const FRAMING: Framing;
     /// The id the dialect's tests give the request under test (7 for LSP and MCP, 3 for ACP); the requests after it

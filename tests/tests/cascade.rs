@@ -1,4 +1,4 @@
-//! `CascadeLayer` over real connections: a handler calls the other side through `req.context().peer()`, and when
+//! `CascadeLayer` over real connections: a handler calls the other side through `req.peer()`, and when
 //! its own request is cancelled (the peer's cancel, the server's timeout, the connection closing), the nested
 //! request is cancelled too: the other side receives the dialect's cancel for the nested id and its handler is
 //! stopped. Cascades go both ways and several levels deep; every table is empty at the end.

@@ -1161,7 +1161,7 @@ impl Client {
         shared: Option<&Registry>,
     ) -> Self
     where
-        D: Dialect,
+        D: Dialect + Clone,
         CancelStack<D>: Layer<Handler>,
         <CancelStack<D> as Layer<Handler>>::Service: Served,
     {
@@ -1244,7 +1244,7 @@ fn drain(frames: &mut mpsc::UnboundedReceiver<Frame>) -> Vec<Frame> {
 }
 
 impl Stack {
-    fn build<D: Dialect>(self, dialect: D) -> CancelStack<D> {
+    fn build<D: Dialect + Clone>(self, dialect: D) -> CancelStack<D> {
         let mut stack = CancelStack::new(dialect);
         if let Some(ms) = self.timeout_ms {
             stack = stack.timeout(Duration::from_millis(ms));

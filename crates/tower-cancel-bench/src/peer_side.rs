@@ -211,11 +211,7 @@ async fn nested(req: Request) -> Result<Value, BoxError> {
     match req.method() {
         "initialize" => Ok(json!({ "capabilities": {} })),
         "bench/nested" => {
-            let client = req
-                .context()
-                .and_then(|ctx| ctx.peer())
-                .cloned()
-                .ok_or("no peer in the request's context")?;
+            let client = req.peer().ok_or("no peer for the request")?;
             drop(req);
             client.request("bench/held", json!({})).await?;
             Ok(json!("done"))

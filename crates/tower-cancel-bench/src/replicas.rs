@@ -13,8 +13,7 @@ use tower::{service_fn, Layer, ServiceExt};
 use tower_cancel::{
     bus::{LocalBus, Replica},
     dialect::Mcp,
-    scope::Incoming,
-    BoxError, CancelReason, CancelStack, Id, Message, Outbox, Request, Scope,
+    BoxError, CancelReason, CancelStack, Id, Incoming, Message, Outbox, Request, Scope,
 };
 use tower_cancel_redis::{testing::RedisServer, Config, RedisBus};
 

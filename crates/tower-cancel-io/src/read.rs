@@ -19,8 +19,8 @@ use tokio_util::{
     sync::CancellationToken,
 };
 use tower_cancel::{
-    error_map::error_object, scope::Incoming, BoxError, CancelReason, Connection, ErrorObject,
-    Message, Request, Response, Unavailable,
+    error_map::error_object, BoxError, CancelReason, Connection, ErrorObject, Incoming, Message,
+    Request, Response, Unavailable,
 };
 use tower_service::Service;
 

@@ -348,7 +348,7 @@ where
 {
     /// A driver for `service` wrapped in `stack`, as a connection of a new scope speaking the stack's dialect:
     /// the dialect is given once, and the connection's [`Peer`] follows the same rules as the stack.
-    pub fn with_stack<D: Dialect, S>(stack: CancelStack<D>, service: S) -> Self
+    pub fn with_stack<D: Dialect + Clone, S>(stack: CancelStack<D>, service: S) -> Self
     where
         CancelStack<D>: Layer<S, Service = L>,
     {

@@ -8,8 +8,8 @@ use std::time::Duration;
 use serde_json::Value;
 use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
 use tower_cancel::{
-    dialect::Mcp, registry::CancelOutcome, scope::Incoming, BoxError, CancelReason, CancelStack,
-    Connection, Id, Message, Outbox, Request, Response, Scope,
+    dialect::Mcp, registry::CancelOutcome, BoxError, CancelReason, CancelStack, Connection, Id,
+    Incoming, Message, Outbox, Request, Response, Scope,
 };
 use tower_cancel_redis::{Config, RedisBus};
 

@@ -10,7 +10,10 @@ use std::{
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
-use crate::{cancel::Unavailable, message::Request, BoxError};
+use crate::{
+    outcome::{BoxError, Unavailable},
+    request::Request,
+};
 
 pin_project! {
     #[project = DispatchProj]

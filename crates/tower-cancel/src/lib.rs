@@ -23,7 +23,7 @@
 //! ```
 //! use std::time::Duration;
 //! use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
-//! use tower_cancel::{scope::Incoming, CancelStack, Message, Outbox, Request, Scope};
+//! use tower_cancel::{CancelStack, Incoming, Message, Outbox, Request, Scope};
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
 //! let mut service = ServiceBuilder::new()
@@ -98,25 +98,30 @@ mod loom;
 pub mod message;
 pub mod metrics;
 pub mod outbox;
+mod outcome;
 pub mod peer;
 pub mod progress;
+mod progress_update;
+mod reason;
 pub mod registry;
+mod request;
 pub mod scope;
+mod session;
 mod stack;
 pub mod timeout;
 
 pub use cancel::{CancelLayer, Cancelled, Mode, Panicked, Unavailable};
 pub use cascade::CascadeLayer;
-pub use context::{CancelReason, RequestContext, MAX_REASON_BYTES};
+pub use context::RequestContext;
 pub use dialect::Dialect;
 pub use error_map::ErrorMapLayer;
-pub use message::{ErrorObject, Id, Message, Request, Response};
+pub use message::{ErrorObject, Id, Response, WireRequest};
 pub use outbox::Outbox;
+pub use outcome::BoxError;
 pub use peer::{Peer, PeerCall, PeerError};
+pub use reason::{CancelReason, MAX_REASON_BYTES};
 pub use registry::Registry;
+pub use request::{Incoming, Message, Request};
 pub use scope::{Connection, Scope};
 pub use stack::CancelStack;
 pub use timeout::TimeoutLayer;
-
-/// The boxed error type of the layers.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

@@ -1,18 +1,17 @@
-//! The JSON-RPC 2.0 message model.
+//! The JSON-RPC 2.0 message model: the wire types, and nothing of this crate's own.
 //!
-//! Params stay raw JSON ([`RawValue`]) until a handler asks for them with [`Request::params_as`]: the layers of
-//! this crate only ever look at the method and the id.
+//! Params stay raw JSON ([`RawValue`]) until a handler asks for them with [`WireRequest::params_as`]: the layers of
+//! this crate only ever look at the method and the id. The [`Request`](crate::Request) a handler gets wraps a
+//! [`WireRequest`] with what the layers add to it (its connection, its context, extensions); a
+//! [`Message`](crate::Message) is a request or a reply read off the wire.
 
 use std::{borrow::Cow, fmt};
 
-use http::Extensions;
 use serde::{
     de::{self, DeserializeOwned, Visitor},
     Deserialize, Deserializer, Serialize, Serializer,
 };
 use serde_json::{value::RawValue, Value};
-
-use crate::{context::RequestContext, scope::Connection};
 
 /// The standard error codes of JSON-RPC 2.0 and of the protocols built on it.
 pub mod code {
@@ -185,22 +184,17 @@ impl fmt::Display for ErrorObject {
 
 impl std::error::Error for ErrorObject {}
 
-/// An incoming request or notification (a notification has no id).
-///
-/// Handlers find the request's [`RequestContext`] through [`Request::context`] once it has passed the cancel layer.
-#[derive(Debug)]
-pub struct Request {
+/// A request or a notification as the wire carries it: its id (none for a notification), its method and its raw
+/// params. What a [`Dialect`](crate::Dialect) reads and renders, and what this side sends; the
+/// [`Request`](crate::Request) a handler gets wraps one (and dereferences to it).
+#[derive(Clone, Debug)]
+pub struct WireRequest {
     id: Option<Id>,
     method: String,
     params: Option<Box<RawValue>>,
-    extensions: Extensions,
-    // Fields rather than extensions: every request a transport reads has a connection and every request that
-    // passes a cancel layer a context, and an extension would cost a map and a box per request.
-    connection: Option<Connection>,
-    context: Option<RequestContext>,
 }
 
-impl Request {
+impl WireRequest {
     /// A request with an id. `params` is serialized once, here.
     pub fn new(id: impl Into<Id>, method: impl Into<String>, params: impl Serialize) -> Self {
         Self::build(Some(id.into()), method.into(), params)
@@ -220,14 +214,7 @@ impl Request {
 
     /// A request from its parts, params already raw.
     pub fn from_parts(id: Option<Id>, method: String, params: Option<Box<RawValue>>) -> Self {
-        Self {
-            id,
-            method,
-            params,
-            extensions: Extensions::new(),
-            connection: None,
-            context: None,
-        }
+        Self { id, method, params }
     }
 
     /// The id, or `None` for a notification.
@@ -255,51 +242,9 @@ impl Request {
         let raw = self.params.as_deref().map_or("null", RawValue::get);
         serde_json::from_str(raw).map_err(ErrorObject::invalid_params)
     }
-
-    /// The request's extensions: transports and your own layers put their data here.
-    pub fn extensions(&self) -> &Extensions {
-        &self.extensions
-    }
-
-    /// Mutable access to the extensions.
-    pub fn extensions_mut(&mut self) -> &mut Extensions {
-        &mut self.extensions
-    }
-
-    /// The connection the request arrived on, set by the transport ([`Connection::prepare`]): its scope, its
-    /// outbox and its peer.
-    pub fn connection(&self) -> Option<&Connection> {
-        self.connection.as_ref()
-    }
-
-    pub(crate) fn set_connection(&mut self, connection: Connection) {
-        self.connection = Some(connection);
-    }
-
-    /// The request's cancellation context, once the request has passed a [`CancelLayer`](crate::CancelLayer).
-    pub fn context(&self) -> Option<&RequestContext> {
-        self.context.as_ref()
-    }
-
-    pub(crate) fn set_context(&mut self, context: RequestContext) {
-        self.context = Some(context);
-    }
-
-    /// The request's cancellation context, mutably: for layers that give the handler more (a
-    /// [`CascadeLayer`](crate::CascadeLayer) sets its child [`Peer`](crate::Peer)).
-    pub fn context_mut(&mut self) -> Option<&mut RequestContext> {
-        self.context.as_mut()
-    }
-
-    /// A handle to report progress to the peer, if the request carried a progress token, passed a
-    /// [`CancelLayer`](crate::CancelLayer) and came over a connection that can send (see
-    /// [`progress`](crate::progress)).
-    pub fn progress(&self) -> Option<crate::progress::Progress> {
-        crate::progress::Progress::new(self)
-    }
 }
 
-impl Serialize for Request {
+impl Serialize for WireRequest {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         #[derive(Serialize)]
         struct Wire<'a> {
@@ -373,12 +318,10 @@ impl Serialize for Response {
     }
 }
 
-/// Any message a peer can send.
+/// What [`parse`] read: a request or notification, or a reply to one of this side's requests.
 #[derive(Debug)]
-pub enum Message {
-    /// A request or a notification.
-    Request(Request),
-    /// A reply to a request this side sent.
+pub(crate) enum Parsed {
+    Request(WireRequest),
     Response(Response),
 }
 
@@ -426,73 +369,71 @@ fn present_value<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Va
     Value::deserialize(deserializer).map(Some)
 }
 
-impl Message {
-    /// Read one message from the bytes of a frame.
-    ///
-    /// A missing `jsonrpc` member is tolerated (some protocol texts omit it); any other value than `"2.0"` is not.
-    /// Batches (JSON arrays) are not supported and get -32600.
-    pub fn from_slice(bytes: &[u8]) -> Result<Message, InvalidMessage> {
-        let wire: WireMessage<'_> = match serde_json::from_slice(bytes) {
-            // serde's derived `Deserialize` reads a struct from a JSON array too, member by member in declaration
-            // order: without this check `["2.0",5,"m"]` would be served as request 5, and `["2.0",5,null,null,1]`
-            // taken for the reply to this side's call 5.
-            Ok(_) if is_array(bytes) => return Err(Self::batch()),
-            Ok(wire) => wire,
-            Err(error) => return Err(Self::classify(bytes, error)),
-        };
-        let invalid = |id: Option<Id>, detail: &str| InvalidMessage {
+/// Read one message from the bytes of a frame.
+///
+/// A missing `jsonrpc` member is tolerated (some protocol texts omit it); any other value than `"2.0"` is not.
+/// Batches (JSON arrays) are not supported and get -32600.
+pub(crate) fn parse(bytes: &[u8]) -> Result<Parsed, InvalidMessage> {
+    let wire: WireMessage<'_> = match serde_json::from_slice(bytes) {
+        // serde's derived `Deserialize` reads a struct from a JSON array too, member by member in declaration
+        // order: without this check `["2.0",5,"m"]` would be served as request 5, and `["2.0",5,null,null,1]`
+        // taken for the reply to this side's call 5.
+        Ok(_) if is_array(bytes) => return Err(batch()),
+        Ok(wire) => wire,
+        Err(error) => return Err(classify(bytes, error)),
+    };
+    let invalid = |id: Option<Id>, detail: &str| InvalidMessage {
+        id,
+        error: ErrorObject::invalid_request(detail),
+    };
+    if wire.jsonrpc.as_deref().is_some_and(|v| v != "2.0") {
+        let id = wire.id.and_then(|raw| serde_json::from_str(raw.get()).ok());
+        return Err(invalid(id, "jsonrpc must be \"2.0\""));
+    }
+    // `id` absent is a notification; `id` present must be an integer or a string.
+    let id = match wire.id {
+        None => None,
+        Some(raw) => match serde_json::from_str::<Id>(raw.get()) {
+            Ok(id) => Some(id),
+            Err(_) if wire.method.is_none() && raw.get() == "null" => None,
+            Err(_) => return Err(invalid(None, "id must be an integer or a string")),
+        },
+    };
+    match (wire.method, wire.result, wire.error) {
+        (Some(method), None, None) => Ok(Parsed::Request(WireRequest::from_parts(
             id,
-            error: ErrorObject::invalid_request(detail),
-        };
-        if wire.jsonrpc.as_deref().is_some_and(|v| v != "2.0") {
-            let id = wire.id.and_then(|raw| serde_json::from_str(raw.get()).ok());
-            return Err(invalid(id, "jsonrpc must be \"2.0\""));
-        }
-        // `id` absent is a notification; `id` present must be an integer or a string.
-        let id = match wire.id {
-            None => None,
-            Some(raw) => match serde_json::from_str::<Id>(raw.get()) {
-                Ok(id) => Some(id),
-                Err(_) if wire.method.is_none() && raw.get() == "null" => None,
-                Err(_) => return Err(invalid(None, "id must be an integer or a string")),
-            },
-        };
-        match (wire.method, wire.result, wire.error) {
-            (Some(method), None, None) => Ok(Message::Request(Request::from_parts(
-                id,
-                method,
-                wire.params.filter(|raw| raw.get() != "null"),
-            ))),
-            (None, Some(result), None) => match id {
-                Some(id) => Ok(Message::Response(Response::ok(id, result))),
-                None => Err(invalid(None, "a result needs an id")),
-            },
-            (None, None, Some(error)) => Ok(Message::Response(Response::error(id, error))),
-            _ => Err(invalid(
-                id,
-                "expected exactly one of method, result or error",
-            )),
-        }
+            method,
+            wire.params.filter(|raw| raw.get() != "null"),
+        ))),
+        (None, Some(result), None) => match id {
+            Some(id) => Ok(Parsed::Response(Response::ok(id, result))),
+            None => Err(invalid(None, "a result needs an id")),
+        },
+        (None, None, Some(error)) => Ok(Parsed::Response(Response::error(id, error))),
+        _ => Err(invalid(
+            id,
+            "expected exactly one of method, result or error",
+        )),
     }
+}
 
-    fn classify(bytes: &[u8], error: serde_json::Error) -> InvalidMessage {
-        // Not JSON: -32700, with the syntax error as the detail (the message's own error may be about a type it
-        // met before the syntax went wrong). Skipping values does not decode strings, so bytes that are not UTF-8
-        // inside one pass that check; they are not JSON text all the same (RFC 8259 §8.1).
-        let error = match serde_json::from_slice::<de::IgnoredAny>(bytes) {
-            Err(syntax) => ErrorObject::parse_error(syntax),
-            Ok(_) if std::str::from_utf8(bytes).is_err() => ErrorObject::parse_error(error),
-            Ok(_) if is_array(bytes) => return Self::batch(),
-            Ok(_) => ErrorObject::invalid_request(error),
-        };
-        InvalidMessage { id: None, error }
-    }
+fn classify(bytes: &[u8], error: serde_json::Error) -> InvalidMessage {
+    // Not JSON: -32700, with the syntax error as the detail (the message's own error may be about a type it
+    // met before the syntax went wrong). Skipping values does not decode strings, so bytes that are not UTF-8
+    // inside one pass that check; they are not JSON text all the same (RFC 8259 §8.1).
+    let error = match serde_json::from_slice::<de::IgnoredAny>(bytes) {
+        Err(syntax) => ErrorObject::parse_error(syntax),
+        Ok(_) if std::str::from_utf8(bytes).is_err() => ErrorObject::parse_error(error),
+        Ok(_) if is_array(bytes) => return batch(),
+        Ok(_) => ErrorObject::invalid_request(error),
+    };
+    InvalidMessage { id: None, error }
+}
 
-    fn batch() -> InvalidMessage {
-        InvalidMessage {
-            id: None,
-            error: ErrorObject::invalid_request("batches are not supported"),
-        }
+fn batch() -> InvalidMessage {
+    InvalidMessage {
+        id: None,
+        error: ErrorObject::invalid_request("batches are not supported"),
     }
 }
 
@@ -506,9 +447,9 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn request(bytes: &str) -> Request {
-        match Message::from_slice(bytes.as_bytes()).unwrap() {
-            Message::Request(r) => r,
+    fn request(bytes: &str) -> WireRequest {
+        match parse(bytes.as_bytes()).unwrap() {
+            Parsed::Request(r) => r,
             other => panic!("not a request: {other:?}"),
         }
     }
@@ -548,7 +489,7 @@ mod tests {
             r#"{"jsonrpc":"2.0","id":{"a":1},"method":"m"}"#,
             r#"{"jsonrpc":"2.0","id":18446744073709551615,"method":"m"}"#,
         ] {
-            let err = Message::from_slice(body.as_bytes()).unwrap_err();
+            let err = parse(body.as_bytes()).unwrap_err();
             assert_eq!(err.error.code, code::INVALID_REQUEST, "{body}");
             assert_eq!(err.id, None);
         }
@@ -557,30 +498,26 @@ mod tests {
     #[test]
     fn garbage_is_a_parse_error_and_shapes_are_invalid_requests() {
         assert_eq!(
-            Message::from_slice(b"{not json").unwrap_err().error.code,
+            parse(b"{not json").unwrap_err().error.code,
             code::PARSE_ERROR
         );
         assert_eq!(
-            Message::from_slice(b"\xff\xfe").unwrap_err().error.code,
+            parse(b"\xff\xfe").unwrap_err().error.code,
             code::PARSE_ERROR
         );
         assert_eq!(
-            Message::from_slice(b"[1,2]").unwrap_err().error.code,
+            parse(b"[1,2]").unwrap_err().error.code,
             code::INVALID_REQUEST
         );
-        assert_eq!(
-            Message::from_slice(b"42").unwrap_err().error.code,
-            code::INVALID_REQUEST
-        );
-        let wrong_version =
-            Message::from_slice(br#"{"jsonrpc":"1.0","id":3,"method":"m"}"#).unwrap_err();
+        assert_eq!(parse(b"42").unwrap_err().error.code, code::INVALID_REQUEST);
+        let wrong_version = parse(br#"{"jsonrpc":"1.0","id":3,"method":"m"}"#).unwrap_err();
         assert_eq!(wrong_version.id, Some(Id::Number(3)));
     }
 
     #[test]
     fn arrays_are_batches_never_messages_read_by_position() {
         for body in [r#"["2.0",5,"m"]"#, r#" ["2.0",5,null,null,1]"#, "[]"] {
-            let err = Message::from_slice(body.as_bytes()).unwrap_err();
+            let err = parse(body.as_bytes()).unwrap_err();
             assert_eq!(err.id, None, "{body}");
             assert_eq!(
                 err.error,
@@ -592,23 +529,22 @@ mod tests {
 
     #[test]
     fn bytes_that_are_not_utf8_are_a_parse_error_inside_strings_too() {
-        let err = Message::from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"m\xff\"}")
-            .unwrap_err();
+        let err = parse(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"m\xff\"}").unwrap_err();
         assert_eq!(err.error.code, code::PARSE_ERROR);
     }
 
     #[test]
     fn responses_are_recognised() {
-        match Message::from_slice(br#"{"jsonrpc":"2.0","id":"a","result":{"x":1}}"#).unwrap() {
-            Message::Response(r) => assert_eq!(r, Response::ok("a".into(), json!({"x": 1}))),
+        match parse(br#"{"jsonrpc":"2.0","id":"a","result":{"x":1}}"#).unwrap() {
+            Parsed::Response(r) => assert_eq!(r, Response::ok("a".into(), json!({"x": 1}))),
             other => panic!("{other:?}"),
         }
     }
 
     #[test]
     fn a_null_result_is_a_result() {
-        match Message::from_slice(br#"{"jsonrpc":"2.0","id":6,"result":null}"#).unwrap() {
-            Message::Response(r) => assert_eq!(r, Response::ok(6.into(), Value::Null)),
+        match parse(br#"{"jsonrpc":"2.0","id":6,"result":null}"#).unwrap() {
+            Parsed::Response(r) => assert_eq!(r, Response::ok(6.into(), Value::Null)),
             other => panic!("{other:?}"),
         }
     }

@@ -49,7 +49,7 @@
 //! metrics::describe();
 //! ```
 
-use crate::context::CancelReason;
+use crate::reason::CancelReason;
 
 /// Counter: requests registered by a cancel layer. Label `dialect`.
 pub const REQUESTS_REGISTERED: &str = "tower_cancel_requests_registered_total";

@@ -22,7 +22,7 @@ use std::{
 use serde::Serialize;
 use tokio::sync::{mpsc, Notify};
 
-use crate::message::{Request, Response};
+use crate::message::{Response, WireRequest};
 
 /// How many bytes may wait for the writer before a transport stops reading, by default.
 pub const DEFAULT_MAX_QUEUED_BYTES: usize = 8 * 1024 * 1024;
@@ -116,7 +116,7 @@ impl Outbox {
     }
 
     /// Send a request or a notification.
-    pub fn send_request(&self, request: &Request) -> Result<(), Closed> {
+    pub fn send_request(&self, request: &WireRequest) -> Result<(), Closed> {
         self.send(request, false)
     }
 
@@ -127,7 +127,7 @@ impl Outbox {
 
     /// Send a notification only if the queue has room (progress reports: dropping one is better than buffering
     /// without bound for a peer that does not read).
-    pub fn send_if_room(&self, notification: &Request) -> Result<(), NotSent> {
+    pub fn send_if_room(&self, notification: &WireRequest) -> Result<(), NotSent> {
         if self.is_closed() {
             return Err(NotSent::Closed);
         }
@@ -263,7 +263,7 @@ mod tests {
         assert!(!outbox.is_full(), "at or under the bound");
         outbox.send_response(&reply).unwrap();
         assert!(outbox.is_full(), "replies are queued past it");
-        let progress = Request::notification("notifications/progress", ());
+        let progress = WireRequest::notification("notifications/progress", ());
         assert_eq!(outbox.send_if_room(&progress), Err(NotSent::Full));
 
         let waiting = tokio::spawn({
@@ -298,7 +298,7 @@ mod tests {
             Err(Closed)
         );
         assert_eq!(
-            outbox.send_if_room(&Request::notification("n", ())),
+            outbox.send_if_room(&WireRequest::notification("n", ())),
             Err(NotSent::Closed)
         );
     }

@@ -26,76 +26,15 @@ use std::{fmt, sync::Arc};
 
 use serde_json::Value;
 
-use crate::{context::RequestContext, dialect::Dialect, message::Request, outbox::Outbox};
+pub use crate::progress_update::{ProgressEvent, ProgressUpdate};
+use crate::{context::RequestContext, dialect::Dialect, outbox::Outbox, request::Request};
 
-/// One progress report.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ProgressUpdate {
-    /// How far along: it should increase with each report.
-    pub progress: f64,
-    /// The total, if known.
-    pub total: Option<f64>,
-    /// A human-readable message.
-    pub message: Option<String>,
-}
-
-impl ProgressUpdate {
-    /// A report of `progress` (no total, no message).
-    pub fn new(progress: f64) -> Self {
-        Self {
-            progress,
-            total: None,
-            message: None,
-        }
-    }
-
-    /// Set the total.
-    pub fn total(mut self, total: f64) -> Self {
-        self.total = Some(total);
-        self
-    }
-
-    /// Set the message.
-    pub fn message(mut self, message: impl Into<String>) -> Self {
-        self.message = Some(message.into());
-        self
-    }
-
-    /// Progress as a percentage from 0 to 100, when there is a total to measure it against.
-    pub fn percentage(&self) -> Option<u32> {
-        let total = self.total.filter(|total| *total > 0.0)?;
-        // The clamp makes the cast exact: NaN becomes 0, the rest is within 0..=100.
-        Some((self.progress / total * 100.0).clamp(0.0, 100.0) as u32)
-    }
-}
-
-/// What a dialect renders into a progress notification.
-#[derive(Clone, Copy, Debug)]
-pub enum ProgressEvent<'a> {
-    /// A report; `first` is true for the first one of the request (LSP opens its progress with `begin`).
-    Report {
-        /// Whether this is the request's first report.
-        first: bool,
-        /// The report.
-        update: &'a ProgressUpdate,
-    },
-    /// The handler is done reporting (LSP closes its progress with `end`).
-    End,
-}
-
-/// The part of a dialect that progress needs, object-safe so a context can carry it.
-pub(crate) trait ProgressFormat: Send + Sync {
-    fn token(&self, request: &Request) -> Option<Value>;
-    fn notification(&self, token: &Value, event: ProgressEvent<'_>) -> Option<Request>;
-}
-
-impl<D: Dialect> ProgressFormat for D {
-    fn token(&self, request: &Request) -> Option<Value> {
-        self.progress_token(request)
-    }
-
-    fn notification(&self, token: &Value, event: ProgressEvent<'_>) -> Option<Request> {
-        self.progress_notification(token, event)
+impl Request {
+    /// A handle to report progress to the peer, if the request carried a progress token, passed a
+    /// [`CancelLayer`](crate::CancelLayer) and came over a connection that can send (see
+    /// [`progress`](crate::progress)).
+    pub fn progress(&self) -> Option<Progress> {
+        Progress::new(self)
     }
 }
 
@@ -105,16 +44,16 @@ pub struct Progress {
     token: Value,
     context: RequestContext,
     outbox: Outbox,
-    format: Arc<dyn ProgressFormat>,
+    format: Arc<dyn Dialect>,
     reported: std::sync::atomic::AtomicBool,
 }
 
 impl Progress {
-    pub(crate) fn new(request: &Request) -> Option<Self> {
+    fn new(request: &Request) -> Option<Self> {
         let context = request.context()?;
         let format = context.progress_format()?.clone();
         let outbox = request.connection()?.outbox().clone();
-        let token = format.token(request)?;
+        let token = format.progress_token(request, request.extensions())?;
         Some(Self {
             token,
             context: context.clone(),
@@ -144,7 +83,7 @@ impl Progress {
             first,
             update: &update,
         };
-        match self.format.notification(&self.token, event) {
+        match self.format.progress_notification(&self.token, event) {
             // Dropped, not queued, when the peer is not reading (see `Outbox::send_if_room`).
             Some(notification) => self.outbox.send_if_room(&notification).is_ok(),
             None => false,
@@ -159,7 +98,10 @@ impl Drop for Progress {
         // first).
         let answered = !self.context.is_running() && !self.context.is_cancelled();
         if *self.reported.get_mut() && !answered {
-            if let Some(end) = self.format.notification(&self.token, ProgressEvent::End) {
+            if let Some(end) = self
+                .format
+                .progress_notification(&self.token, ProgressEvent::End)
+            {
                 let _ = self.outbox.send_if_room(&end);
             }
         }

@@ -80,7 +80,7 @@ impl CancelStack<Abp> {
     }
 }
 
-impl<D: Dialect> CancelStack<D> {
+impl<D: Dialect + Clone> CancelStack<D> {
     /// The stack for any dialect.
     pub fn new(dialect: D) -> Self {
         Self {
@@ -89,7 +89,9 @@ impl<D: Dialect> CancelStack<D> {
             timeout: TimeoutLayer::none(),
         }
     }
+}
 
+impl<D> CancelStack<D> {
     /// Requests time out after `timeout` (see [`TimeoutLayer::new`]).
     pub fn timeout(self, timeout: Duration) -> Self {
         self.timeouts(TimeoutLayer::new(timeout))
@@ -125,7 +127,7 @@ impl<D: Dialect> CancelStack<D> {
     }
 }
 
-impl<S, D: Dialect> Layer<S> for CancelStack<D> {
+impl<S, D: Dialect + Clone> Layer<S> for CancelStack<D> {
     type Service = ErrorMap<Cancel<Timeout<Cascade<S>>, D>, D>;
 
     fn layer(&self, inner: S) -> Self::Service {

@@ -17,8 +17,8 @@ use std::{
 use futures_util::task::noop_waker_ref;
 use tower::{service_fn, Layer, Service};
 use tower_cancel::{
-    dialect::Lsp, scope::Incoming, BoxError, CancelLayer, CancelReason, Connection, Message,
-    Outbox, Request, Scope,
+    dialect::Lsp, BoxError, CancelLayer, CancelReason, Connection, Incoming, Message, Outbox,
+    Request, Scope,
 };
 
 /// Spin for a number of steps that varies with `round`, so that the two threads meet at every offset.

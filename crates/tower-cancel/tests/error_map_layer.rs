@@ -12,7 +12,10 @@ use tower_cancel::{
 };
 use tower_test::mock;
 
-async fn reply_for<D: Dialect>(dialect: D, outcome: Result<Value, BoxError>) -> Option<Response> {
+async fn reply_for<D: Dialect + Clone>(
+    dialect: D,
+    outcome: Result<Value, BoxError>,
+) -> Option<Response> {
     let (mut service, mut handle) =
         mock::spawn_layer::<Request, Value, _>(ErrorMapLayer::new(dialect));
     assert_ready_ok!(service.poll_ready());

@@ -5,8 +5,8 @@
 use serde_json::{json, Value};
 use tower::{service_fn, ServiceBuilder, ServiceExt};
 use tower_cancel::{
-    dialect::Mcp, outbox::OutboxReceiver, scope::Incoming, BoxError, CancelStack, Connection,
-    Message, Outbox, Request, Scope,
+    dialect::Mcp, outbox::OutboxReceiver, BoxError, CancelStack, Connection, Incoming, Message,
+    Outbox, Request, Scope,
 };
 
 async fn serve_one(connection: &Connection, json: Value) {

@@ -121,7 +121,7 @@ async fn handle(req: Request) -> Result<Value, ErrorObject> {
 
 type Stack = BoxCloneService<Request, Option<Response>, Infallible>;
 
-fn stack<D: Dialect>(stack: CancelStack<D>) -> Stack {
+fn stack<D: Dialect + Clone>(stack: CancelStack<D>) -> Stack {
     BoxCloneService::new(stack.layer(service_fn(handle)))
 }
 

@@ -100,7 +100,7 @@ impl Agent {
             session_id,
         };
         let run = self.stats.start();
-        let client = req.context().and_then(|ctx| ctx.peer()).cloned();
+        let client = req.peer();
         let work = async {
             if let Some(client) = client {
                 ask_permission(&client, &entry.session_id).await;
@@ -149,7 +149,7 @@ impl Drop for PromptEntry {
     }
 }
 
-async fn serve<D: Dialect>(dialect: D, agent: Agent) -> std::io::Result<()> {
+async fn serve<D: Dialect + Clone>(dialect: D, agent: Agent) -> std::io::Result<()> {
     let stack = CancelStack::new(dialect).timeouts(examples::timeouts_from_args());
     // The agent calls its client too (session/request_permission): `with_stack` gives the connection a peer that
     // speaks the stack's dialect.

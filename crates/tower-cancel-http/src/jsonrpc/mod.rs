@@ -67,7 +67,7 @@ use axum::{
     response::{IntoResponse, Response as HttpResponse},
 };
 use http::{header, HeaderValue, Method, StatusCode};
-use tower_cancel::{bus::Replica, scope::Incoming, Outbox, Response, Scope};
+use tower_cancel::{bus::Replica, Incoming, Outbox, Response, Scope};
 use tower_service::Service;
 
 use self::principal::{PrincipalScopes, Principals};

@@ -88,8 +88,7 @@ use axum::{
 };
 use http::{header, request::Parts, HeaderMap, HeaderValue, Method, StatusCode};
 use tower_cancel::{
-    bus::Replica, dialect::Mcp, scope::Incoming, ErrorObject, Message, Outbox, Request, Response,
-    Scope,
+    bus::Replica, dialect::Mcp, ErrorObject, Incoming, Message, Outbox, Request, Response, Scope,
 };
 use tower_service::Service;
 

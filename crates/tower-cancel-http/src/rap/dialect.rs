@@ -3,7 +3,7 @@
 use tower_cancel::{
     dialect::{CancelledReply, Recognized},
     scope::SessionState,
-    CancelReason, Dialect, ErrorObject, Id, Request,
+    CancelReason, Dialect, ErrorObject, Id, WireRequest,
 };
 
 /// RAP: cancels come from the `/cancel_tool_call` and `/close_thread` endpoints, never as messages, and a call the
@@ -29,7 +29,7 @@ impl Dialect for Rap {
         "rap"
     }
 
-    fn recognize(&self, _notification: &Request, _session: &SessionState) -> Recognized {
+    fn recognize(&self, _notification: &WireRequest, _session: &SessionState) -> Recognized {
         Recognized::NotACancel
     }
 
@@ -56,9 +56,9 @@ impl Dialect for Rap {
         false
     }
 
-    fn cancel_message(&self, id: &Id, _reason: &CancelReason) -> Request {
+    fn cancel_message(&self, id: &Id, _reason: &CancelReason) -> WireRequest {
         // Never sent: a tool server sends no requests of its own to the runtime. Shaped as the endpoint's body.
-        Request::notification(
+        WireRequest::notification(
             "cancel_tool_call",
             serde_json::json!({ "tool_call_id": id }),
         )

@@ -205,11 +205,7 @@ pub async fn mcp_handle(probe: Probe, req: Request) -> Result<Value, BoxError> {
                 context: req.context().cloned(),
                 completed: false,
             };
-            let peer = req
-                .context()
-                .and_then(|c| c.peer())
-                .cloned()
-                .expect("a peer");
+            let peer = req.peer().expect("a peer");
             let tag = json!({ "io.modelcontextprotocol/subscriptionId": id });
             peer.notify(
                 "notifications/subscriptions/acknowledged",

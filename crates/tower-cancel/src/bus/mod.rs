@@ -46,7 +46,6 @@ mod pending;
 mod remote;
 mod replica;
 
-pub(crate) use self::replica::Attachment;
 pub use self::{
     local::LocalBus,
     pending::{PENDING_BYTES, PENDING_CAPACITY, PENDING_PER_SCOPE},

@@ -140,7 +140,7 @@ impl Pending {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{context::CancelReason, message::Id};
+    use crate::{message::Id, reason::CancelReason};
 
     fn cancel(scope: &str, id: i64) -> RemoteCancel {
         RemoteCancel::new(scope, Id::Number(id), CancelReason::peer(None), "b")

@@ -2,7 +2,7 @@
 
 use std::time::SystemTime;
 
-use crate::{context::CancelReason, message::Id};
+use crate::{message::Id, reason::CancelReason};
 
 /// A cancel that missed on the replica that received it, on its way to the others.
 #[derive(Clone, Debug, PartialEq, Eq)]

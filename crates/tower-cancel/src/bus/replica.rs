@@ -14,10 +14,11 @@ use super::{
     CancelBus, RemoteCancel,
 };
 use crate::{
-    context::CancelReason,
     message::Id,
-    registry::{CancelOutcome, Registry},
-    scope::Scope,
+    outcome::CancelOutcome,
+    reason::CancelReason,
+    registry::Registry,
+    scope::{Publish, Scope},
 };
 
 /// One replica on a [`CancelBus`]: it attaches scopes under keys shared by every replica
@@ -61,7 +62,7 @@ struct Counters {
 }
 
 /// What a scope attached to a replica holds: its key, and the way back to the replica's bus.
-pub(crate) struct Attachment {
+struct Attachment {
     key: String,
     owner: Option<String>,
     registry: Registry,
@@ -225,9 +226,9 @@ impl Replica {
     }
 }
 
-impl Attachment {
+impl Publish for Attachment {
     /// A cancel of this scope missed locally: hand it to the other replicas.
-    pub(crate) fn publish(&self, id: &Id, reason: &CancelReason) {
+    fn publish(&self, id: &Id, reason: &CancelReason) {
         let Some(replica) = self.replica.upgrade() else {
             return;
         };

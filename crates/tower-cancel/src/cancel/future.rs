@@ -13,7 +13,8 @@ use tower_service::Service;
 
 use super::{settlement::Settlement, Cancelled, Mode, Panicked, Unavailable};
 use crate::{
-    context::CancelReason, dispatch::Dispatch, lifecycle::Lifecycle, message::Request, BoxError,
+    dispatch::Dispatch, lifecycle::Lifecycle, outcome::BoxError, reason::CancelReason,
+    request::Request,
 };
 
 pin_project! {

@@ -64,7 +64,7 @@ impl<D> CancelLayer<D> {
     }
 }
 
-impl<S, D: Dialect> Layer<S> for CancelLayer<D> {
+impl<S, D: Dialect + Clone> Layer<S> for CancelLayer<D> {
     type Service = Cancel<S, D>;
 
     fn layer(&self, inner: S) -> Self::Service {

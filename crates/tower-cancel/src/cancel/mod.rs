@@ -74,7 +74,6 @@
 //! # }
 //! ```
 
-mod error;
 mod future;
 mod layer;
 mod settlement;
@@ -89,21 +88,21 @@ use tower_service::Service;
 
 use self::settlement::Settlement;
 pub use self::{
-    error::{Cancelled, Panicked, Unavailable},
     future::ResponseFuture,
     layer::{CancelLayer, Mode},
 };
+pub use crate::outcome::{Cancelled, Panicked, Unavailable};
 use crate::{
-    context::{CancelReason, RequestContext},
+    context::RequestContext,
     dialect::{Dialect, Recognized},
     dispatch::Dispatch,
     lifecycle::Lifecycle,
-    message::Request,
     metrics::DialectLabel,
-    progress::ProgressFormat,
-    registry::{CancelOutcome, Registry},
+    outcome::{BoxError, CancelOutcome},
+    reason::CancelReason,
+    registry::Registry,
+    request::Request,
     scope::Connection,
-    BoxError,
 };
 
 /// The service built by [`CancelLayer`].
@@ -115,7 +114,7 @@ pub struct Cancel<S, D> {
     // For requests that arrive without a connection (the layer used without a transport).
     own: Connection,
     // The dialect once more, shared, for the progress reports of every request's context.
-    progress: Arc<dyn ProgressFormat>,
+    progress: Arc<dyn Dialect>,
 }
 
 impl<S: fmt::Debug, D: fmt::Debug> fmt::Debug for Cancel<S, D> {
@@ -129,7 +128,7 @@ impl<S: fmt::Debug, D: fmt::Debug> fmt::Debug for Cancel<S, D> {
     }
 }
 
-impl<S, D: Dialect> Cancel<S, D> {
+impl<S, D: Dialect + Clone> Cancel<S, D> {
     pub(crate) fn new(inner: S, dialect: D, mode: Mode, own: Connection) -> Self {
         Self {
             inner,
@@ -168,7 +167,7 @@ where
     S: Service<Request> + Clone,
     S::Error: Into<BoxError>,
     S::Response: Default,
-    D: Dialect,
+    D: Dialect + Clone,
 {
     type Response = S::Response;
     type Error = BoxError;
@@ -229,7 +228,7 @@ where
         let lifecycle = Arc::new(
             lifecycle
                 .with_partial_results(self.dialect.allows_partial_result())
-                .with_initializes(req.method() == "initialize"),
+                .with_initializes(self.dialect.initializes(req.method())),
         );
         let registration = match connection.register(lifecycle.clone()) {
             Ok(registration) => registration,

@@ -8,14 +8,15 @@ use tracing::{span::Entered, Span};
 use super::Panicked;
 use crate::{
     lifecycle::Lifecycle,
+    message::Id,
     metrics::{self, DialectLabel},
+    outcome::BoxError,
     scope::{Connection, Registration},
-    BoxError,
 };
 
 /// The span every request with an id gets (see the crate docs' "Tracing"). Its `outcome` and `reason` are
 /// recorded when it ends.
-pub(super) fn request_span(id: &crate::message::Id, method: &str) -> Span {
+pub(super) fn request_span(id: &Id, method: &str) -> Span {
     tracing::debug_span!(
         "request",
         id = %id,

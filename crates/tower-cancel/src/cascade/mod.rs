@@ -2,7 +2,7 @@
 //!
 //! [`CascadeLayer`] goes innermost, just above your service. For a request that came over a connection with a
 //! [`Peer`](crate::Peer) ([`Request::connection`](crate::Request::connection)) and passed a [`CancelLayer`](crate::CancelLayer),
-//! it sets [`RequestContext::peer`](crate::RequestContext::peer): the connection's peer as a child of the request.
+//! it gives the handler [`Request::peer`](crate::Request::peer): the connection's peer as a child of the request.
 //! When the request is cancelled, from any source (the peer's cancel, a timeout, a disconnect, a shutdown, its own
 //! parent), every outstanding request made through that peer is cancelled and the peer is sent the dialect's cancel
 //! for it. In abort mode this also follows from the handler's future being dropped with its calls; the child handle
@@ -18,8 +18,7 @@
 //! use tower_cancel::{dialect::Acp, CancelLayer, CascadeLayer, ErrorMapLayer, ErrorObject, Request};
 //!
 //! async fn prompt(req: Request) -> Result<serde_json::Value, ErrorObject> {
-//!     let ctx = req.context().expect("behind the stack");
-//!     if let Some(client) = ctx.peer() {
+//!     if let Some(client) = req.peer() {
 //!         // Cancelled, and the client told, if this prompt is cancelled while it waits.
 //!         let _answer = client
 //!             .request("session/request_permission", serde_json::json!({ "sessionId": "s" }))
@@ -43,7 +42,7 @@ use std::task::{Context, Poll};
 use tower_service::Service;
 
 pub use self::layer::CascadeLayer;
-use crate::message::Request;
+use crate::request::Request;
 
 /// The service built by [`CascadeLayer`].
 #[derive(Clone, Debug)]
@@ -82,16 +81,8 @@ impl<S: Service<Request>> Service<Request> for Cascade<S> {
     }
 
     fn call(&mut self, mut req: Request) -> Self::Future {
-        let peer = req.connection().and_then(|connection| connection.peer());
-        let child = match (peer, req.context()) {
-            (Some(peer), Some(ctx)) => Some(peer.child_of_request(ctx.lifecycle().clone())),
-            _ => None,
-        };
-        if let Some(child) = child {
-            if let Some(ctx) = req.context_mut() {
-                ctx.set_peer(child);
-            }
-        }
+        // The child handle is made when the handler asks for it (`Request::peer`): most never call the peer.
+        req.give_child_peer();
         self.inner.call(req)
     }
 }

@@ -1,19 +1,20 @@
 //! ABP, the Agentic Browser Protocol: capability calls keyed by a `callId`, and a cancel that is answered.
 
+use http::Extensions;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::{recognize_cancel, CancelNotice, CancelledReply, Dialect, Recognized};
 use crate::{
-    context::CancelReason,
-    message::{code, ErrorObject, Id, Request},
-    progress::{ProgressEvent, ProgressUpdate},
-    registry::CancelAck,
-    scope::SessionState,
+    message::{code, ErrorObject, Id, WireRequest},
+    outcome::CancelAck,
+    progress_update::{ProgressEvent, ProgressUpdate},
+    reason::CancelReason,
+    session::SessionState,
 };
 
 /// ABP: not JSON-RPC on the wire (an envelope `{type, id, timestamp, payload}`), but the same lifecycle. A
-/// transport (`tower-cancel-http`'s `abp` module) turns each `capabilities/call` into a [`Request`] whose id is
+/// transport (`tower-cancel-http`'s `abp` module) turns each `capabilities/call` into a [`Request`](crate::Request) whose id is
 /// the call's `callId` and whose method is the capability, and hands each `capabilities/cancel` to
 /// [`Connection::acknowledge_cancel`](crate::scope::Connection::acknowledge_cancel), sending back what
 /// [`Dialect::acknowledge`] renders from the outcome:
@@ -54,7 +55,7 @@ pub const CANCEL_METHOD: &str = "capabilities/cancel";
 /// The method of a progress report, as a transport reads it from the outbox (the envelope's `type`).
 pub const PROGRESS_METHOD: &str = "progress";
 
-/// What a transport read from a call's `options` besides its `callId` and `timeout`: put on the [`Request`]'s
+/// What a transport read from a call's `options` besides its `callId` and `timeout`: put on the [`Request`](crate::Request)'s
 /// extensions, where the dialect finds the progress token.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct CallOptions {
@@ -142,7 +143,7 @@ impl Dialect for Abp {
         "abp"
     }
 
-    fn recognize(&self, notification: &Request, _session: &SessionState) -> Recognized {
+    fn recognize(&self, notification: &WireRequest, _session: &SessionState) -> Recognized {
         recognize_cancel(notification, CANCEL_METHOD, |p: CancelParams| {
             CancelNotice {
                 id: Id::String(p.call_id),
@@ -174,15 +175,15 @@ impl Dialect for Abp {
         CancelledReply::Error(error)
     }
 
-    fn progress_token(&self, request: &Request) -> Option<Value> {
-        request
-            .extensions()
-            .get::<CallOptions>()?
-            .progress_token
-            .clone()
+    fn progress_token(&self, _request: &WireRequest, extensions: &Extensions) -> Option<Value> {
+        extensions.get::<CallOptions>()?.progress_token.clone()
     }
 
-    fn progress_notification(&self, token: &Value, event: ProgressEvent<'_>) -> Option<Request> {
+    fn progress_notification(
+        &self,
+        token: &Value,
+        event: ProgressEvent<'_>,
+    ) -> Option<WireRequest> {
         let ProgressEvent::Report { update, .. } = event else {
             return None;
         };
@@ -198,10 +199,10 @@ impl Dialect for Abp {
         if let Some(message) = &update.message {
             payload.insert("status".into(), json!(message));
         }
-        Some(Request::notification(PROGRESS_METHOD, payload))
+        Some(WireRequest::notification(PROGRESS_METHOD, payload))
     }
 
-    fn read_progress(&self, notification: &Request) -> Option<(Value, ProgressUpdate)> {
+    fn read_progress(&self, notification: &WireRequest) -> Option<(Value, ProgressUpdate)> {
         if notification.method() != PROGRESS_METHOD {
             return None;
         }
@@ -219,13 +220,13 @@ impl Dialect for Abp {
         false
     }
 
-    fn cancel_message(&self, id: &Id, reason: &CancelReason) -> Request {
+    fn cancel_message(&self, id: &Id, reason: &CancelReason) -> WireRequest {
         let mut payload = Map::new();
         payload.insert("callId".into(), json!(id));
         if let Some(text) = reason.text() {
             payload.insert("reason".into(), json!(text));
         }
-        Request::notification(CANCEL_METHOD, payload)
+        WireRequest::notification(CANCEL_METHOD, payload)
     }
 
     fn acknowledges_cancels(&self) -> bool {
@@ -256,7 +257,7 @@ mod tests {
     #[test]
     fn a_cancel_is_read_and_answered_as_the_table_says() {
         let cancel =
-            Request::notification(CANCEL_METHOD, json!({"callId": "c1", "reason": "user"}));
+            WireRequest::notification(CANCEL_METHOD, json!({"callId": "c1", "reason": "user"}));
         let Recognized::Cancel(notice) = Abp.recognize(&cancel, &SessionState::default()) else {
             panic!("not read as a cancel");
         };
@@ -279,7 +280,7 @@ mod tests {
             answer(CancelAck::NotFound),
             json!({"callId": "c1", "cancelled": false, "reason": "Operation not found"})
         );
-        let numeric = Request::notification(CANCEL_METHOD, json!({"callId": 7}));
+        let numeric = WireRequest::notification(CANCEL_METHOD, json!({"callId": 7}));
         assert_eq!(
             Abp.recognize(&numeric, &SessionState::default()),
             Recognized::Malformed

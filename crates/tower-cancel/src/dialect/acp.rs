@@ -5,9 +5,9 @@ use super::{
     recognize_cancel, request_cancelled, CancelNotice, CancelledReply, Dialect, Recognized,
 };
 use crate::{
-    context::CancelReason,
-    message::{Id, Request},
-    scope::SessionState,
+    message::{Id, WireRequest},
+    reason::CancelReason,
+    session::SessionState,
 };
 
 /// The Agent Client Protocol as it is now: `$/cancel_request {"requestId": …}` (a `_meta` member may be present),
@@ -35,7 +35,7 @@ impl Dialect for Acp {
         "acp"
     }
 
-    fn recognize(&self, notification: &Request, _session: &SessionState) -> Recognized {
+    fn recognize(&self, notification: &WireRequest, _session: &SessionState) -> Recognized {
         recognize_cancel(notification, Self::CANCEL_METHOD, |p: AcpParams| {
             CancelNotice {
                 id: p.request_id,
@@ -52,8 +52,8 @@ impl Dialect for Acp {
         request_cancelled("Request cancelled")
     }
 
-    fn cancel_message(&self, id: &Id, _reason: &CancelReason) -> Request {
-        Request::notification(Self::CANCEL_METHOD, json!({ "requestId": id }))
+    fn cancel_message(&self, id: &Id, _reason: &CancelReason) -> WireRequest {
+        WireRequest::notification(Self::CANCEL_METHOD, json!({ "requestId": id }))
     }
 }
 
@@ -132,7 +132,7 @@ impl Dialect for AcpDraft {
         "acp-draft"
     }
 
-    fn recognize(&self, notification: &Request, session: &SessionState) -> Recognized {
+    fn recognize(&self, notification: &WireRequest, session: &SessionState) -> Recognized {
         // A side that did not declare the capability, or a session not yet initialized, does not handle cancels:
         // the notification goes on to the service like any other.
         if !self.declared || !session.is_initialized() {
@@ -154,11 +154,11 @@ impl Dialect for AcpDraft {
         request_cancelled("Cancelled")
     }
 
-    fn cancel_message(&self, id: &Id, _reason: &CancelReason) -> Request {
-        Request::notification(Self::CANCEL_METHOD, json!({ "id": id }))
+    fn cancel_message(&self, id: &Id, _reason: &CancelReason) -> WireRequest {
+        WireRequest::notification(Self::CANCEL_METHOD, json!({ "id": id }))
     }
 
-    fn observe_request(&self, request: &Request, session: &SessionState) {
+    fn observe_request(&self, request: &WireRequest, session: &SessionState) {
         if request.method() != "initialize" {
             return;
         }

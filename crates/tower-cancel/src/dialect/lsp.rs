@@ -1,3 +1,4 @@
+use http::Extensions;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -6,10 +7,10 @@ use super::{
     Recognized, ServerCancellable,
 };
 use crate::{
-    context::CancelReason,
-    message::{code, ErrorObject, Id, Request},
-    progress::{ProgressEvent, ProgressUpdate},
-    scope::SessionState,
+    message::{code, ErrorObject, Id, WireRequest},
+    progress_update::{ProgressEvent, ProgressUpdate},
+    reason::CancelReason,
+    session::SessionState,
 };
 
 /// The Language Server Protocol: `$/cancelRequest {"id": …}`, answered with -32800.
@@ -60,7 +61,7 @@ impl Dialect for Lsp {
         "lsp"
     }
 
-    fn recognize(&self, notification: &Request, _session: &SessionState) -> Recognized {
+    fn recognize(&self, notification: &WireRequest, _session: &SessionState) -> Recognized {
         recognize_cancel(notification, Self::CANCEL_METHOD, |p: Params| {
             CancelNotice {
                 id: p.id,
@@ -85,12 +86,16 @@ impl Dialect for Lsp {
         request_cancelled("Request cancelled")
     }
 
-    fn progress_token(&self, request: &Request) -> Option<Value> {
+    fn progress_token(&self, request: &WireRequest, _extensions: &Extensions) -> Option<Value> {
         let token = request.params_as::<WorkDone>().ok()?.token?;
         (token.is_string() || token.is_i64()).then_some(token)
     }
 
-    fn progress_notification(&self, token: &Value, event: ProgressEvent<'_>) -> Option<Request> {
+    fn progress_notification(
+        &self,
+        token: &Value,
+        event: ProgressEvent<'_>,
+    ) -> Option<WireRequest> {
         let value = match event {
             ProgressEvent::Report {
                 first: true,
@@ -116,13 +121,13 @@ impl Dialect for Lsp {
             }
             ProgressEvent::End => json!({ "kind": "end" }),
         };
-        Some(Request::notification(
+        Some(WireRequest::notification(
             "$/progress",
             json!({ "token": token, "value": value }),
         ))
     }
 
-    fn read_progress(&self, notification: &Request) -> Option<(Value, ProgressUpdate)> {
+    fn read_progress(&self, notification: &WireRequest) -> Option<(Value, ProgressUpdate)> {
         if notification.method() != "$/progress" {
             return None;
         }
@@ -149,15 +154,15 @@ impl Dialect for Lsp {
         }
     }
 
-    fn cancel_message(&self, id: &Id, _reason: &CancelReason) -> Request {
-        Request::notification(Self::CANCEL_METHOD, json!({ "id": id }))
+    fn cancel_message(&self, id: &Id, _reason: &CancelReason) -> WireRequest {
+        WireRequest::notification(Self::CANCEL_METHOD, json!({ "id": id }))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::progress::ProgressUpdate;
+    use crate::progress_update::ProgressUpdate;
 
     fn value(event: ProgressEvent<'_>) -> Value {
         let notification = Lsp.progress_notification(&json!("t"), event).unwrap();

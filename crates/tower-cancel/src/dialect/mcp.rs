@@ -1,12 +1,13 @@
+use http::Extensions;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{params_object, recognize_cancel, CancelNotice, CancelledReply, Dialect, Recognized};
 use crate::{
-    context::CancelReason,
-    message::{code, ErrorObject, Id, Request},
-    progress::{ProgressEvent, ProgressUpdate},
-    scope::SessionState,
+    message::{code, ErrorObject, Id, WireRequest},
+    progress_update::{ProgressEvent, ProgressUpdate},
+    reason::CancelReason,
+    session::SessionState,
 };
 
 /// The Model Context Protocol: `notifications/cancelled {"requestId": …, "reason": …}`.
@@ -45,8 +46,8 @@ impl Mcp {
     /// What a server of the stateless revision sends over stdio when it tears down the subscription that the
     /// client's `subscriptions/listen` request `listen_id` opened (the one use of `notifications/cancelled` a
     /// server of that revision has; over HTTP the subscription's stream is simply ended).
-    pub fn subscription_teardown(listen_id: &Id) -> Request {
-        Request::notification(
+    pub fn subscription_teardown(listen_id: &Id) -> WireRequest {
+        WireRequest::notification(
             Self::CANCEL_METHOD,
             json!({ "requestId": listen_id, "reason": "subscription ended by the server" }),
         )
@@ -104,7 +105,7 @@ impl Dialect for Mcp {
         "mcp"
     }
 
-    fn recognize(&self, notification: &Request, _session: &SessionState) -> Recognized {
+    fn recognize(&self, notification: &WireRequest, _session: &SessionState) -> Recognized {
         recognize_cancel(notification, Self::CANCEL_METHOD, |p: Params| {
             CancelNotice {
                 id: p.request_id,
@@ -117,7 +118,7 @@ impl Dialect for Mcp {
         method != "initialize"
     }
 
-    fn observe_request(&self, request: &Request, session: &SessionState) {
+    fn observe_request(&self, request: &WireRequest, session: &SessionState) {
         // Decided once per conversation: a stateless one on its first request; one that completed `initialize`
         // speaks a session revision, so its requests are not looked at again (their params may be large).
         // Before that, only params that name the key at all are parsed.
@@ -155,12 +156,16 @@ impl Dialect for Mcp {
         }
     }
 
-    fn progress_token(&self, request: &Request) -> Option<Value> {
+    fn progress_token(&self, request: &WireRequest, _extensions: &Extensions) -> Option<Value> {
         let token = request.params_as::<WithMeta>().ok()?.meta?.progress_token?;
         (token.is_string() || token.is_i64()).then_some(token)
     }
 
-    fn progress_notification(&self, token: &Value, event: ProgressEvent<'_>) -> Option<Request> {
+    fn progress_notification(
+        &self,
+        token: &Value,
+        event: ProgressEvent<'_>,
+    ) -> Option<WireRequest> {
         let ProgressEvent::Report { update, .. } = event else {
             return None;
         };
@@ -171,10 +176,10 @@ impl Dialect for Mcp {
         if let Some(message) = &update.message {
             params["message"] = json!(message);
         }
-        Some(Request::notification("notifications/progress", params))
+        Some(WireRequest::notification("notifications/progress", params))
     }
 
-    fn read_progress(&self, notification: &Request) -> Option<(Value, ProgressUpdate)> {
+    fn read_progress(&self, notification: &WireRequest) -> Option<(Value, ProgressUpdate)> {
         if notification.method() != "notifications/progress" {
             return None;
         }
@@ -211,8 +216,8 @@ impl Dialect for Mcp {
         false
     }
 
-    fn cancel_message(&self, id: &Id, reason: &CancelReason) -> Request {
-        Request::notification(
+    fn cancel_message(&self, id: &Id, reason: &CancelReason) -> WireRequest {
+        WireRequest::notification(
             Self::CANCEL_METHOD,
             json!({ "requestId": id, "reason": reason.to_string() }),
         )

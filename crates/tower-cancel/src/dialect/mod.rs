@@ -14,14 +14,15 @@
 //!
 //! Write your own by implementing the trait.
 
+use http::Extensions;
 use serde_json::Value;
 
 use crate::{
-    context::CancelReason,
-    message::{ErrorObject, Id, Request},
-    progress::{ProgressEvent, ProgressUpdate},
-    registry::CancelAck,
-    scope::SessionState,
+    message::{ErrorObject, Id, WireRequest},
+    outcome::CancelAck,
+    progress_update::{ProgressEvent, ProgressUpdate},
+    reason::CancelReason,
+    session::SessionState,
 };
 
 pub mod abp;
@@ -66,15 +67,24 @@ pub enum CancelledReply {
 }
 
 /// A protocol's rules for cancellation.
-pub trait Dialect: Clone + Send + Sync + 'static {
+///
+/// Object-safe: a [`Scope`](crate::Scope), its [`Peer`](crate::Peer)s and every request's progress reports hold
+/// the one dialect value as an `Arc<dyn Dialect>`; the layers take it by value (and need it `Clone`).
+pub trait Dialect: Send + Sync + 'static {
     /// A short name for logs.
     fn name(&self) -> &'static str;
 
     /// Read a notification: is it this dialect's cancel?
-    fn recognize(&self, notification: &Request, session: &SessionState) -> Recognized;
+    fn recognize(&self, notification: &WireRequest, session: &SessionState) -> Recognized;
 
     /// Whether a request with this method can be cancelled in this session (`initialize` never can).
     fn is_cancellable(&self, method: &str, session: &SessionState) -> bool;
+
+    /// Whether a request of `method` opens the conversation (`initialize`): its success marks the connection's
+    /// [`SessionState`] initialized, which the ACP draft's rules depend on.
+    fn initializes(&self, method: &str) -> bool {
+        method == "initialize"
+    }
 
     /// The reply a request cancelled for `reason` gets. `server_cancellable` tells whether the request's method
     /// opted in to being cancelled by the server (see [`Dialect::is_server_cancellable`]).
@@ -86,18 +96,23 @@ pub trait Dialect: Clone + Send + Sync + 'static {
         false
     }
 
-    /// The progress token a request carries, if the dialect has progress and the request asked for it.
-    fn progress_token(&self, _request: &Request) -> Option<Value> {
+    /// The progress token a request carries, if the dialect has progress and the request asked for it: in its
+    /// params, or (ABP) in what its transport put on its [`Request`](crate::Request)'s `extensions`.
+    fn progress_token(&self, _request: &WireRequest, _extensions: &Extensions) -> Option<Value> {
         None
     }
 
     /// The notification that carries a progress event for `token`, if the dialect has one for it.
-    fn progress_notification(&self, _token: &Value, _event: ProgressEvent<'_>) -> Option<Request> {
+    fn progress_notification(
+        &self,
+        _token: &Value,
+        _event: ProgressEvent<'_>,
+    ) -> Option<WireRequest> {
         None
     }
 
     /// Read a progress notification the peer sent about one of this side's requests: its token and the report.
-    fn read_progress(&self, _notification: &Request) -> Option<(Value, ProgressUpdate)> {
+    fn read_progress(&self, _notification: &WireRequest) -> Option<(Value, ProgressUpdate)> {
         None
     }
 
@@ -114,10 +129,10 @@ pub trait Dialect: Clone + Send + Sync + 'static {
 
     /// The cancel message this side sends to cancel its own request `id`, for `reason` (a dialect whose message
     /// carries a reason renders it; the others leave it out).
-    fn cancel_message(&self, id: &Id, reason: &CancelReason) -> Request;
+    fn cancel_message(&self, id: &Id, reason: &CancelReason) -> WireRequest;
 
     /// Look at an incoming request before it is dispatched (for example, read capabilities from `initialize`).
-    fn observe_request(&self, _request: &Request, _session: &SessionState) {}
+    fn observe_request(&self, _request: &WireRequest, _session: &SessionState) {}
 
     /// Look at the result of a request this side sent (for example, read the peer's capabilities from the
     /// `initialize` result).
@@ -160,7 +175,7 @@ pub(crate) fn request_cancelled(message: &str) -> CancelledReply {
 
 /// Recognize a cancel notification whose method is `method` and whose params read as `P`.
 pub(crate) fn recognize_cancel<P: serde::de::DeserializeOwned>(
-    notification: &Request,
+    notification: &WireRequest,
     method: &str,
     notice: impl FnOnce(P) -> CancelNotice,
 ) -> Recognized {
@@ -182,7 +197,7 @@ pub(crate) fn params_object(params: &mut Value) -> Option<&mut serde_json::Map<S
 }
 
 /// Read `params` of a cancel notification into `T`, or `None` if they have the wrong shape.
-fn cancel_params<T: serde::de::DeserializeOwned>(notification: &Request) -> Option<T> {
+fn cancel_params<T: serde::de::DeserializeOwned>(notification: &WireRequest) -> Option<T> {
     // Every dialect's cancel params are an object. serde's derived `Deserialize` for a struct also accepts a JSON
     // array (by position), so without this check `[7]` would cancel request 7: a shape no protocol allows, which
     // must be ignored like any other malformed cancel.

@@ -1,13 +1,14 @@
 use std::sync::Arc;
 
+use http::Extensions;
 use serde_json::Value;
 
 use super::{CancelledReply, Dialect, Recognized};
 use crate::{
-    context::CancelReason,
-    message::{Id, Request},
-    progress::{ProgressEvent, ProgressUpdate},
-    scope::SessionState,
+    message::{Id, WireRequest},
+    progress_update::{ProgressEvent, ProgressUpdate},
+    reason::CancelReason,
+    session::SessionState,
 };
 
 /// A dialect whose requests of some methods opted in to a distinct reply when the server cancels them (LSP's
@@ -37,7 +38,7 @@ impl<D: Dialect> Dialect for ServerCancellable<D> {
         self.dialect.name()
     }
 
-    fn recognize(&self, notification: &Request, session: &SessionState) -> Recognized {
+    fn recognize(&self, notification: &WireRequest, session: &SessionState) -> Recognized {
         self.dialect.recognize(notification, session)
     }
 
@@ -49,6 +50,10 @@ impl<D: Dialect> Dialect for ServerCancellable<D> {
         self.dialect.cancelled_reply(reason, server_cancellable)
     }
 
+    fn initializes(&self, method: &str) -> bool {
+        self.dialect.initializes(method)
+    }
+
     fn is_server_cancellable(&self, method: &str) -> bool {
         // A handful of methods at most: a scan is cheaper than hashing.
         self.methods.iter().any(|m| m == method)
@@ -58,11 +63,11 @@ impl<D: Dialect> Dialect for ServerCancellable<D> {
         self.dialect.allows_partial_result()
     }
 
-    fn cancel_message(&self, id: &Id, reason: &CancelReason) -> Request {
+    fn cancel_message(&self, id: &Id, reason: &CancelReason) -> WireRequest {
         self.dialect.cancel_message(id, reason)
     }
 
-    fn observe_request(&self, request: &Request, session: &SessionState) {
+    fn observe_request(&self, request: &WireRequest, session: &SessionState) {
         self.dialect.observe_request(request, session);
     }
 
@@ -78,15 +83,19 @@ impl<D: Dialect> Dialect for ServerCancellable<D> {
         self.dialect.waits_after_cancel()
     }
 
-    fn progress_token(&self, request: &Request) -> Option<Value> {
-        self.dialect.progress_token(request)
+    fn progress_token(&self, request: &WireRequest, extensions: &Extensions) -> Option<Value> {
+        self.dialect.progress_token(request, extensions)
     }
 
-    fn progress_notification(&self, token: &Value, event: ProgressEvent<'_>) -> Option<Request> {
+    fn progress_notification(
+        &self,
+        token: &Value,
+        event: ProgressEvent<'_>,
+    ) -> Option<WireRequest> {
         self.dialect.progress_notification(token, event)
     }
 
-    fn read_progress(&self, notification: &Request) -> Option<(Value, ProgressUpdate)> {
+    fn read_progress(&self, notification: &WireRequest) -> Option<(Value, ProgressUpdate)> {
         self.dialect.read_progress(notification)
     }
 

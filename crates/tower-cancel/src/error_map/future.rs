@@ -10,8 +10,9 @@ use serde_json::Value;
 
 use super::render;
 use crate::{
+    dialect::Dialect,
     message::{Id, Response},
-    BoxError, Dialect,
+    outcome::BoxError,
 };
 
 pin_project! {

@@ -52,11 +52,11 @@ use self::future::Subject;
 pub use self::{future::ResponseFuture, layer::ErrorMapLayer};
 
 use crate::{
-    cancel::{Cancelled, Panicked, Unavailable},
     dialect::{CancelledReply, Dialect},
-    message::{ErrorObject, Id, Request, Response},
+    message::{ErrorObject, Id, Response},
+    outcome::{BoxError, Cancelled, Panicked, Unavailable},
     registry::DuplicateId,
-    BoxError,
+    request::Request,
 };
 
 /// The service built by [`ErrorMapLayer`].
@@ -105,7 +105,7 @@ where
     S: Service<Request>,
     S::Response: Into<Value>,
     S::Error: Into<BoxError>,
-    D: Dialect,
+    D: Dialect + Clone,
 {
     type Response = Option<Response>;
     type Error = Infallible;

@@ -9,7 +9,7 @@
 //! RUSTC_WORKSPACE_WRAPPER=$PWD/.ci/loom-rustc cargo test -p tower-cancel --lib --release loom -- --nocapture
 //! ```
 //!
-//! The models themselves are in `model.rs`.
+//! The models themselves are in `model_test.rs` (test code: it builds only under `cfg(all(test, loom))`).
 
 #[cfg(not(loom))]
 pub(crate) use std::sync::{
@@ -42,4 +42,4 @@ pub(crate) use loom::sync::{
 };
 
 #[cfg(all(test, loom))]
-mod model;
+mod model_test;

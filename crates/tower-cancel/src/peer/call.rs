@@ -16,9 +16,9 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use super::{progress::ProgressSlot, Parent, Peer, PeerError};
 use crate::{
-    context::CancelReason,
+    lifecycle::Deadline,
     message::{Id, Response},
-    timeout::Deadline,
+    reason::CancelReason,
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

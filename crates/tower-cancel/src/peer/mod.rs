@@ -51,7 +51,6 @@
 //! ```
 
 mod call;
-mod dialect;
 mod error;
 mod parent;
 mod progress;
@@ -78,15 +77,14 @@ use self::{
     table::{Pending, Table},
 };
 use crate::{
-    context::CancelReason,
     dialect::Dialect,
     lifecycle::Lifecycle,
-    message::{Id, Request, Response},
+    message::{Id, Response, WireRequest},
     outbox::Outbox,
-    progress::ProgressUpdate,
-    scope::SessionState,
+    progress_update::ProgressUpdate,
+    reason::CancelReason,
+    session::SessionState,
 };
-pub(crate) use dialect::PeerDialect;
 
 /// The other side of a connection, as this side sends to it. Cloning gives another handle to the same peer.
 #[derive(Clone)]
@@ -98,7 +96,7 @@ pub struct Peer {
 }
 
 struct Shared {
-    dialect: Arc<dyn PeerDialect>,
+    dialect: Arc<dyn Dialect>,
     outbox: Outbox,
     session: Arc<SessionState>,
     table: Table,
@@ -136,7 +134,7 @@ impl Peer {
     }
 
     pub(crate) fn with_session(
-        dialect: Arc<dyn PeerDialect>,
+        dialect: Arc<dyn Dialect>,
         outbox: Outbox,
         session: Arc<SessionState>,
     ) -> Self {
@@ -186,7 +184,7 @@ impl Peer {
     pub fn request(&self, method: impl Into<String>, params: impl Serialize) -> PeerCall {
         let method = method.into();
         let id = self.next_id();
-        let request = Request::new(id.clone(), method.clone(), params);
+        let request = WireRequest::new(id.clone(), method.clone(), params);
         self.send(id, method, request, None)
     }
 
@@ -210,7 +208,7 @@ impl Peer {
             .dialect
             .attach_progress_token(&mut params, &token)
             .then(|| Arc::new(ProgressSlot::new(on_progress)));
-        let request = Request::new(id.clone(), method.clone(), params);
+        let request = WireRequest::new(id.clone(), method.clone(), params);
         self.send(id, method, request, progress)
     }
 
@@ -222,7 +220,7 @@ impl Peer {
         &self,
         id: Id,
         method: String,
-        request: Request,
+        request: WireRequest,
         progress: Option<Arc<ProgressSlot>>,
     ) -> PeerCall {
         let (tx, rx) = oneshot::channel();
@@ -263,7 +261,7 @@ impl Peer {
     ) -> Result<(), PeerError> {
         self.shared
             .outbox
-            .send_request(&Request::notification(method, params))
+            .send_request(&WireRequest::notification(method, params))
             .map_err(|_| PeerError::Closed)
     }
 
@@ -287,7 +285,7 @@ impl Peer {
     /// Hand the peer a notification that arrived on the connection. Returns `true` if it was a progress report
     /// for one of this side's calls that asked for progress (it is consumed: its callback ran, or panicked and was
     /// logged, and the call's idle timeout was pushed back).
-    pub fn dispatch_progress(&self, notification: &Request) -> bool {
+    pub fn dispatch_progress(&self, notification: &WireRequest) -> bool {
         let Some((token, update)) = self.shared.dialect.read_progress(notification) else {
             return false;
         };

@@ -6,7 +6,7 @@ use std::{
 
 use tokio::time::Instant;
 
-use crate::{message::Id, progress::ProgressUpdate};
+use crate::{message::Id, progress_update::ProgressUpdate};
 
 /// Where the peer's progress reports for one call go: the caller's callback, and the time of the last one (which
 /// pushes back the call's idle timeout).

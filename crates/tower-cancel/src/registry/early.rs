@@ -11,7 +11,7 @@
 
 use std::collections::{hash_map::Entry, HashMap};
 
-use crate::{context::CancelReason, message::Id};
+use crate::{message::Id, reason::CancelReason};
 
 /// The bytes an entry costs besides its id's and its reason's text: the map's key and value and the table's slot.
 pub(crate) const ENTRY_OVERHEAD: usize = 96;

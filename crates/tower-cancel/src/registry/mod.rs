@@ -47,12 +47,13 @@ use std::{
 
 // The tables' lock is loom's in the model-checking build (`src/loom/`); the counters are independent and read
 // for reporting only, so they stay std's.
+pub use crate::outcome::{CancelAck, CancelOutcome};
 use crate::{
-    context::CancelReason,
     lifecycle::Lifecycle,
     loom::{Mutex, MutexGuard},
     message::Id,
     metrics,
+    reason::CancelReason,
 };
 use early::{EarlyCancels, Remembered};
 pub use error::DuplicateId;
@@ -111,42 +112,6 @@ struct Ends {
 struct Counters {
     early_cancels: AtomicU64,
     early_dropped: AtomicU64,
-}
-
-/// What a cancel did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CancelOutcome {
-    /// The request was in flight and is now cancelled.
-    Cancelled,
-    /// The request was in flight but already settled (completed or cancelled by an earlier source).
-    AlreadySettled,
-    /// No such request in flight: the cancel is remembered in case the request arrives after it.
-    Remembered,
-}
-
-/// What a cancel did, as a dialect that acknowledges cancels tells the peer (ABP's `cancel-result`). Decided by
-/// the request's lifecycle, atomically with the race against its completion.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum CancelAck {
-    /// The request was running (or queued) and this cancel stopped it: its reply says it was cancelled.
-    Cancelled,
-    /// An earlier cancel (of any source: the peer, a timeout, a shutdown) stopped it already.
-    AlreadyCancelled,
-    /// Its handler's outcome won the race, or it had ended before: that outcome is its reply.
-    AlreadyCompleted,
-    /// No such request in flight nor remembered as finished. The cancel is remembered as an early one, so a
-    /// request with that id arriving after it starts out cancelled.
-    NotFound,
-    /// The request is in flight but its dialect never lets it be cancelled (`initialize`).
-    NotCancellable,
-}
-
-impl CancelAck {
-    /// Whether the request ended, or will end, cancelled.
-    pub fn cancelled(self) -> bool {
-        matches!(self, CancelAck::Cancelled | CancelAck::AlreadyCancelled)
-    }
 }
 
 /// A snapshot of a registry's counters.

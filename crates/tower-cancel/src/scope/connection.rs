@@ -6,14 +6,16 @@ use std::{
     },
 };
 
-use super::{Scope, SessionState};
+use super::Scope;
 use crate::{
-    context::CancelReason,
     lifecycle::Lifecycle,
-    message::{Id, Message, Request, Response},
+    message::Id,
     outbox::Outbox,
+    outcome::{CancelAck, CancelOutcome},
     peer::Peer,
-    registry::{CancelAck, CancelOutcome, DuplicateId, Registry, WHOLE_SCOPE},
+    reason::CancelReason,
+    registry::{DuplicateId, Registry, WHOLE_SCOPE},
+    session::SessionState,
 };
 
 /// One link of a [`Scope`]: a stream connection, an HTTP request's stream, a WebSocket. Requests arrive through
@@ -40,17 +42,6 @@ struct Inner {
     refusing: OnceLock<CancelReason>,
     // This connection's requests in the registry now that can be cancelled.
     in_flight: AtomicUsize,
-}
-
-/// What [`Connection::receive`] made of a message.
-#[derive(Debug)]
-pub enum Incoming {
-    /// A request or a notification for the service, prepared for the stack.
-    Request(Request),
-    /// A reply from the other side that no [`Peer`] claims (the scope has no dialect): the transport's to handle.
-    Response(Response),
-    /// A reply or a progress report about one of this side's own requests, handed to its [`Peer`].
-    Consumed,
 }
 
 /// What a connection's peer cancels reach.
@@ -90,39 +81,8 @@ impl Connection {
         }
     }
 
-    /// Take a message read from the other side: a request or a notification is prepared for the stack
-    /// ([`prepare`](Self::prepare)) and handed back; a reply or a progress report about this side's own requests
-    /// goes to the connection's [`Peer`].
-    pub fn receive(&self, message: Message) -> Incoming {
-        match message {
-            Message::Response(response) => match &self.inner.peer {
-                Some(peer) => {
-                    peer.dispatch_response(response);
-                    Incoming::Consumed
-                }
-                None => Incoming::Response(response),
-            },
-            Message::Request(mut request) => {
-                let progress = request.is_notification()
-                    && self
-                        .inner
-                        .peer
-                        .as_ref()
-                        .is_some_and(|peer| peer.dispatch_progress(&request));
-                if progress {
-                    return Incoming::Consumed;
-                }
-                self.prepare(&mut request);
-                Incoming::Request(request)
-            }
-        }
-    }
-
-    /// Tie `request` to this connection, so that the layers find its scope, its outbox and its peer
-    /// ([`Request::connection`]). A field of the request: it costs no allocation.
-    pub fn prepare(&self, request: &mut Request) {
-        request.set_connection(self.clone());
-    }
+    // `receive` and `prepare`, what makes requests of the messages a connection reads, are with the request
+    // envelope (`request.rs`): a connection is what a request carries, so it stands below it.
 
     /// A peer's cancel message: cancel this connection's request `id`, or remember the cancel for it. On an
     /// [exchange](Scope::exchange) the cancel reaches the request `id` of the whole scope instead.

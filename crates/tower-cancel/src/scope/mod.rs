@@ -39,7 +39,7 @@
 //! ```
 //! use serde_json::json;
 //! use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
-//! use tower_cancel::{dialect::Lsp, scope::{Incoming, Scope}, CancelStack, Message, Outbox, Request};
+//! use tower_cancel::{dialect::Lsp, scope::Scope, CancelStack, Incoming, Message, Outbox, Request};
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
 //! let scope = Scope::with_dialect(Lsp);
@@ -67,41 +67,42 @@
 //! ```
 
 mod connection;
-mod session;
 
 use std::{fmt, sync::Arc};
 
-pub use self::{
-    connection::{Connection, Incoming},
-    session::SessionState,
-};
+pub use self::connection::Connection;
+pub use crate::session::SessionState;
 use crate::{
-    bus::Attachment,
-    context::CancelReason,
     dialect::Dialect,
     message::Id,
     outbox::Outbox,
-    peer::PeerDialect,
-    registry::{
-        CancelAck, CancelOutcome, Registry, DEFAULT_FINISHED_BYTES, DEFAULT_FINISHED_CAPACITY,
-        WHOLE_SCOPE,
-    },
+    outcome::{CancelAck, CancelOutcome},
+    reason::CancelReason,
+    registry::{Registry, DEFAULT_FINISHED_BYTES, DEFAULT_FINISHED_CAPACITY, WHOLE_SCOPE},
 };
 pub(crate) use connection::{Cancels, Registration};
+
+/// Where a scope sends its whole-scope cancels that find nothing in flight here: the other replicas of a cancel
+/// bus (see [`bus`](crate::bus), whose attachment of a scope implements it). Declared here, so that the scope
+/// needs nothing of the bus.
+pub(crate) trait Publish: Send + Sync + fmt::Debug {
+    /// Hand the cancel of `id` for `reason` to the other replicas.
+    fn publish(&self, id: &Id, reason: &CancelReason);
+}
 
 /// What a cancel can reach: a registry of requests in flight, and the dialect its connections' peers speak.
 /// Cloning gives another handle to the same scope.
 #[derive(Clone, Default)]
 pub struct Scope {
     registry: Registry,
-    dialect: Option<Arc<dyn PeerDialect>>,
+    dialect: Option<Arc<dyn Dialect>>,
     // Set when the scope is attached to a replica of a cancel bus: its cancels that miss go to the other replicas.
-    remote: Option<Arc<Attachment>>,
+    remote: Option<Arc<dyn Publish>>,
 }
 
 impl Scope {
     /// A scope without a dialect: its connections have no [`Peer`](crate::Peer), and replies from the other side
-    /// are handed back to the transport ([`Incoming::Response`]).
+    /// are handed back to the transport ([`Incoming::Response`](crate::Incoming::Response)).
     pub fn new() -> Self {
         Self::default()
     }
@@ -172,7 +173,7 @@ impl Scope {
         outcome
     }
 
-    pub(crate) fn attach(&mut self, remote: Arc<Attachment>) {
+    pub(crate) fn attach(&mut self, remote: Arc<dyn Publish>) {
         self.remote = Some(remote);
     }
 
@@ -191,7 +192,7 @@ impl Scope {
         self.registry.refuse_new(reason);
     }
 
-    pub(crate) fn dialect(&self) -> Option<&Arc<dyn PeerDialect>> {
+    pub(crate) fn dialect(&self) -> Option<&Arc<dyn Dialect>> {
         self.dialect.as_ref()
     }
 }

@@ -10,8 +10,11 @@ use tokio::time::Sleep;
 use tower_service::Service;
 
 use crate::{
-    cancel::Cancelled, context::CancelReason, dispatch::Dispatch, message::Request, BoxError,
-    RequestContext,
+    context::RequestContext,
+    dispatch::Dispatch,
+    outcome::{BoxError, Cancelled},
+    reason::CancelReason,
+    request::Request,
 };
 
 pin_project! {

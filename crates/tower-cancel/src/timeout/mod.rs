@@ -54,7 +54,6 @@
 //! # }
 //! ```
 
-mod deadline;
 mod future;
 mod layer;
 
@@ -68,9 +67,9 @@ use serde::Deserialize;
 use tokio::time::Instant;
 use tower_service::Service;
 
-pub(crate) use self::deadline::after;
-pub use self::{deadline::Deadline, future::ResponseFuture, layer::TimeoutLayer};
-use crate::{message::Request, BoxError};
+pub use self::{future::ResponseFuture, layer::TimeoutLayer};
+pub use crate::lifecycle::Deadline;
+use crate::{lifecycle::after, outcome::BoxError, request::Request};
 use layer::Config;
 
 /// A timeout the peer asked for in a place the params do not hold (ABP's `options.timeout`), put on the

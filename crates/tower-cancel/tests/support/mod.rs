@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tower::{service_fn, Layer, ServiceExt};
 use tower_cancel::{
-    scope::Incoming, BoxError, CancelStack, Connection, Dialect, Message, Request, Response,
+    BoxError, CancelStack, Connection, Dialect, Incoming, Message, Request, Response,
 };
 
 /// The request `json`, as `connection` reads it.
@@ -20,7 +20,7 @@ pub(crate) fn request(connection: &Connection, json: &str) -> Request {
 /// The request `json` on `connection`, through `stack` over a handler that never finishes, on a task; the handle
 /// resolves to its reply once a cancel ends it. A request still running after 10 s fails the test (nothing
 /// stopped it) rather than hanging it.
-pub(crate) async fn hang<D: Dialect>(
+pub(crate) async fn hang<D: Dialect + Clone>(
     stack: CancelStack<D>,
     connection: &Connection,
     json: &str,

@@ -1,7 +1,9 @@
+//! The per-conversation facts a dialect's lifecycle rules depend on: [`SessionState`].
+
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Per-conversation facts that a dialect's lifecycle rules depend on (the ACP draft's: whether `initialize`
-/// completed, whether the peer declared `cancellation.request`). Each [`Connection`](super::Connection) has its
+/// completed, whether the peer declared `cancellation.request`). Each [`Connection`](crate::scope::Connection) has its
 /// own, shared by its cancel layer and its [`Peer`](crate::Peer).
 #[derive(Debug, Default)]
 pub struct SessionState {

@@ -36,9 +36,9 @@ use tower::{service_fn, Layer, Service};
 
 use crate::{
     cancel::Cancel,
-    context::CancelReason,
     dialect::Lsp,
     lifecycle::Lifecycle,
+    reason::CancelReason,
     registry::{CancelAck, CancelOutcome, Registry},
     BoxError, CancelLayer, Cancelled, Id, Outbox, Peer, PeerError, Request, RequestContext,
 };

@@ -1,3 +1,5 @@
+//! When a request times out: [`Deadline`].
+
 use std::{sync::Mutex, time::Duration};
 
 use tokio::time::Instant;
@@ -5,7 +7,7 @@ use tokio::time::Instant;
 /// When a request (or an outgoing call) times out: a fixed moment, or an idle window that activity (a progress
 /// report) pushes back to a full window from now, never past a maximum.
 ///
-/// The [`TimeoutLayer`](super::TimeoutLayer) gives each request one through
+/// The [`TimeoutLayer`](crate::timeout::TimeoutLayer) gives each request one through
 /// [`RequestContext::set_deadline`](crate::RequestContext::set_deadline); a layer of your own can do the same.
 /// A [`PeerCall`](crate::PeerCall)'s idle timeout is one too.
 ///

@@ -1,6 +1,12 @@
+//! How a request ended when it was not its handler's answer ([`Cancelled`], [`Panicked`], [`Unavailable`]), and what
+//! a cancel did ([`CancelOutcome`], [`CancelAck`]).
+
 use std::fmt;
 
-use crate::context::CancelReason;
+use crate::reason::CancelReason;
+
+/// The boxed error type of the layers.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The request was cancelled: the outcome of a request whose cancel won the race against its handler.
 ///
@@ -70,12 +76,12 @@ impl std::error::Error for Panicked {}
 /// the service's error logged, not sent.
 #[derive(Debug)]
 pub struct Unavailable {
-    source: crate::BoxError,
+    source: BoxError,
 }
 
 impl Unavailable {
     /// The readiness failure `source`.
-    pub fn new(source: crate::BoxError) -> Self {
+    pub fn new(source: BoxError) -> Self {
         Self { source }
     }
 }
@@ -89,5 +95,41 @@ impl fmt::Display for Unavailable {
 impl std::error::Error for Unavailable {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         Some(&*self.source)
+    }
+}
+
+/// What a cancel did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CancelOutcome {
+    /// The request was in flight and is now cancelled.
+    Cancelled,
+    /// The request was in flight but already settled (completed or cancelled by an earlier source).
+    AlreadySettled,
+    /// No such request in flight: the cancel is remembered in case the request arrives after it.
+    Remembered,
+}
+
+/// What a cancel did, as a dialect that acknowledges cancels tells the peer (ABP's `cancel-result`). Decided by
+/// the request's lifecycle, atomically with the race against its completion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CancelAck {
+    /// The request was running (or queued) and this cancel stopped it: its reply says it was cancelled.
+    Cancelled,
+    /// An earlier cancel (of any source: the peer, a timeout, a shutdown) stopped it already.
+    AlreadyCancelled,
+    /// Its handler's outcome won the race, or it had ended before: that outcome is its reply.
+    AlreadyCompleted,
+    /// No such request in flight nor remembered as finished. The cancel is remembered as an early one, so a
+    /// request with that id arriving after it starts out cancelled.
+    NotFound,
+    /// The request is in flight but its dialect never lets it be cancelled (`initialize`).
+    NotCancellable,
+}
+
+impl CancelAck {
+    /// Whether the request ended, or will end, cancelled.
+    pub fn cancelled(self) -> bool {
+        matches!(self, CancelAck::Cancelled | CancelAck::AlreadyCancelled)
     }
 }

@@ -8,17 +8,20 @@
 //! settled the request first, so at most one outcome is ever acted on. The cancellation token fires only on the
 //! move to `CANCELLED`, and the reason is written before that move, so whoever sees `CANCELLED` also sees a reason.
 
+mod deadline;
+
 use std::{sync::atomic::Ordering, task::Waker};
 
 #[cfg(feature = "metrics")]
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+pub(crate) use self::deadline::after;
+pub use self::deadline::Deadline;
 use crate::{
-    context::CancelReason,
     loom::{fence, AtomicU8, AtomicWaker, OnceBox, OnceLock},
     message::Id,
-    timeout::Deadline,
+    reason::CancelReason,
 };
 
 const RUNNING: u8 = 0;

@@ -1,0 +1,81 @@
+//! Why a request was cancelled: [`CancelReason`], the one value every source of cancellation ends in.
+
+use std::fmt;
+
+/// The longest reason text kept, in bytes: a longer one (a peer's, most likely) is cut at a character boundary
+/// there, so that a hostile peer cannot make every remembered or in-flight cancel hold a frame's worth of text.
+pub const MAX_REASON_BYTES: usize = 256;
+
+/// Why a request was cancelled. Every source ends in the same lifecycle; the dialect renders the reply from this.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CancelReason {
+    /// The peer sent its dialect's cancel message, with its optional reason text.
+    Peer {
+        /// The reason the peer gave, if any (MCP's `reason`).
+        reason: Option<String>,
+    },
+    /// The request's deadline passed.
+    Timeout,
+    /// The connection (or HTTP stream) closed.
+    Disconnect,
+    /// The server is shutting down.
+    Shutdown,
+    /// The request this one was made for was cancelled.
+    Parent,
+    /// Cancelled by code on this side (a handler, an application rule, the response future being dropped).
+    Local {
+        /// A description, for logs.
+        reason: Option<String>,
+    },
+}
+
+impl CancelReason {
+    /// A peer's cancel, with the reason it gave (cut to [`MAX_REASON_BYTES`]).
+    pub fn peer(reason: Option<String>) -> Self {
+        CancelReason::Peer {
+            reason: reason.map(bounded),
+        }
+    }
+
+    /// A cancel by this side's own code (the text cut to [`MAX_REASON_BYTES`]).
+    pub fn local(reason: impl Into<String>) -> Self {
+        CancelReason::Local {
+            reason: Some(bounded(reason.into())),
+        }
+    }
+
+    /// The reason's text, where it carries one (a peer's or a local cancel's).
+    pub fn text(&self) -> Option<&str> {
+        match self {
+            CancelReason::Peer { reason } | CancelReason::Local { reason } => reason.as_deref(),
+            _ => None,
+        }
+    }
+}
+
+fn bounded(mut text: String) -> String {
+    if text.len() > MAX_REASON_BYTES {
+        let mut end = MAX_REASON_BYTES;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+    text
+}
+
+impl fmt::Display for CancelReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CancelReason::Peer { reason: None } => f.write_str("cancelled by the peer"),
+            CancelReason::Peer { reason: Some(r) } => write!(f, "cancelled by the peer: {r}"),
+            CancelReason::Timeout => f.write_str("timed out"),
+            CancelReason::Disconnect => f.write_str("connection closed"),
+            CancelReason::Shutdown => f.write_str("server shutting down"),
+            CancelReason::Parent => f.write_str("parent request cancelled"),
+            CancelReason::Local { reason: None } => f.write_str("cancelled locally"),
+            CancelReason::Local { reason: Some(r) } => write!(f, "cancelled locally: {r}"),
+        }
+    }
+}
