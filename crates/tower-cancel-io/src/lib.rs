@@ -36,6 +36,7 @@ mod in_flight;
 mod ndjson;
 mod read;
 mod server;
+mod settled;
 mod shutdown;
 mod spawned;
 mod write;

@@ -27,7 +27,8 @@ use tower_service::Service;
 use crate::{
     config::Config,
     frame::FrameError,
-    in_flight::{panicked, settle, InFlight, Settled},
+    in_flight::InFlight,
+    settled::{panicked, settle, Settled},
     spawned::{Spawn, Spawned},
 };
 
