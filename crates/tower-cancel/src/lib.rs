@@ -104,6 +104,7 @@ pub mod registry;
 pub mod scope;
 mod stack;
 pub mod timeout;
+pub mod unwind;
 
 pub use cancel::{CancelLayer, Cancelled, Mode, Panicked, Unavailable};
 pub use cascade::CascadeLayer;
