@@ -19,8 +19,8 @@ use tokio_util::{
     sync::CancellationToken,
 };
 use tower_cancel::{
-    error_map::error_object, scope::Incoming, BoxError, CancelReason, Connection, ErrorObject,
-    Message, Request, Response, Unavailable,
+    error_map::error_object, scope::Incoming, unwind, BoxError, CancelReason, Connection,
+    ErrorObject, Message, Request, Response, Unavailable,
 };
 use tower_service::Service;
 
@@ -244,11 +244,11 @@ where
             // their effects (an editor's `didChange` edits), which tasks on several workers would not keep.
             let spawn = self.spawn.filter(|_| id.is_some());
             let service = &mut self.service;
-            let call = AssertUnwindSafe(|| match spawn {
+            let called = unwind::call(|| match spawn {
                 Some(spawn) => Either::Right(spawn(service, request)),
                 None => Either::Left(service.call(request)),
             });
-            match std::panic::catch_unwind(call) {
+            match called {
                 Ok(Either::Left(future)) => in_flight.push_inline(settle(id, future)),
                 Ok(Either::Right(task)) => in_flight.push_spawned(Spawned::new(id, task)),
                 Err(payload) => self.answer((id, Err(panicked(payload)))),

@@ -1,10 +1,13 @@
 //! A request's end as the read loop answers it, whichever way the request ran: its id and its outcome, a panic
 //! included.
 
-use std::{future::Future, panic::AssertUnwindSafe};
+use std::future::Future;
 
 use futures_util::FutureExt;
-use tower_cancel::{BoxError, Id, Panicked, Response};
+use tower_cancel::{
+    unwind::{CatchUnwind, Payload},
+    BoxError, Id, Panicked, Response,
+};
 
 /// What a request gives back: the service's reply (none for a notification, or a cancel its dialect answers with
 /// silence), or its failure, boxed.
@@ -21,7 +24,7 @@ where
 {
     // A safety net for services without a cancel layer (which catches its handlers' panics itself): a panic is
     // answered as the stack answers one, and the connection goes on.
-    AssertUnwindSafe(future).catch_unwind().map(move |outcome| {
+    CatchUnwind::new(future).map(move |outcome| {
         let outcome = match outcome {
             Ok(result) => result.map_err(Into::into),
             Err(payload) => Err(panicked(payload)),
@@ -31,7 +34,7 @@ where
 }
 
 /// A caught panic as the failure the stack answers -32603; its message goes to the log only.
-pub(crate) fn panicked(payload: Box<dyn std::any::Any + Send>) -> BoxError {
+pub(crate) fn panicked(payload: Payload) -> BoxError {
     let panicked = Panicked::from_payload(&*payload);
     tracing::error!("{panicked}");
     Box::new(panicked)
