@@ -6,13 +6,13 @@
 //! the response cancels the exchange's requests with reason `Disconnect` when the response is dropped unfinished
 //! (hyper drops it when the client goes), and the task then ends as the dialect says.
 
-use std::panic::AssertUnwindSafe;
-
 use futures_util::FutureExt;
 use tokio::task::JoinHandle;
 use tower::ServiceExt;
 use tower_cancel::{
-    error_map::error_object, BoxError, CancelReason, Connection, Panicked, Request, Response,
+    error_map::error_object,
+    unwind::{self, CatchUnwind},
+    BoxError, CancelReason, Connection, Panicked, Request, Response,
 };
 use tower_service::Service;
 
@@ -60,17 +60,12 @@ pub(crate) fn spawn<S: RpcService, H: Send + 'static>(
 /// (-32603).
 pub(crate) async fn settle<S: RpcService>(service: S, request: Request) -> Option<Response> {
     let id = request.id().cloned();
-    answer(
-        AssertUnwindSafe(service.oneshot(request))
-            .catch_unwind()
-            .await,
-        id,
-    )
+    answer(CatchUnwind::new(service.oneshot(request)).await, id)
 }
 
 /// The reply of request `id` from what its service gave: its reply, or its failure or panic as -32603.
 fn answer<E: Into<BoxError>>(
-    outcome: std::thread::Result<Result<Option<Response>, E>>,
+    outcome: Result<Result<Option<Response>, E>, unwind::Payload>,
     id: Option<tower_cancel::Id>,
 ) -> Option<Response> {
     let failure: BoxError = match outcome {
@@ -100,7 +95,7 @@ pub(crate) fn start<S: RpcService>(
     };
     async move {
         match started {
-            Ok(future) => answer(AssertUnwindSafe(future).catch_unwind().await, id),
+            Ok(future) => answer(CatchUnwind::new(future).await, id),
             Err((service, request)) => settle(service, request).await,
         }
     }

@@ -3,18 +3,13 @@
 
 use std::{
     future::Future,
-    panic::AssertUnwindSafe,
     pin::Pin,
     task::{Context, Poll},
 };
 
-use futures_util::{stream::FuturesUnordered, FutureExt, Stream, StreamExt};
-use tower_cancel::{BoxError, Id, Panicked, Response};
+use futures_util::{stream::FuturesUnordered, Stream, StreamExt};
 
-use crate::spawned::Spawned;
-
-/// A request's id and its outcome: what the read loop answers.
-pub(crate) type Settled = (Option<Id>, Result<Option<Response>, BoxError>);
+use crate::{settled::Settled, spawned::Spawned};
 
 /// The requests in flight. Two sets rather than one set of either kind: a spawned request's future lives in its
 /// task, so its entry here stays a handle's size instead of taking the size of the largest inline future.
@@ -76,28 +71,4 @@ impl<T: Future<Output = Settled>> Stream for InFlight<T> {
             _ => Poll::Pending,
         }
     }
-}
-
-/// A request polled by the read loop: its outcome with its id.
-pub(crate) fn settle<F, E>(id: Option<Id>, future: F) -> impl Future<Output = Settled>
-where
-    F: Future<Output = Result<Option<Response>, E>>,
-    E: Into<BoxError>,
-{
-    // A safety net for services without a cancel layer (which catches its handlers' panics itself): a panic is
-    // answered as the stack answers one, and the connection goes on.
-    AssertUnwindSafe(future).catch_unwind().map(move |outcome| {
-        let outcome = match outcome {
-            Ok(result) => result.map_err(Into::into),
-            Err(payload) => Err(panicked(payload)),
-        };
-        (id, outcome)
-    })
-}
-
-/// A caught panic as the failure the stack answers -32603; its message goes to the log only.
-pub(crate) fn panicked(payload: Box<dyn std::any::Any + Send>) -> BoxError {
-    let panicked = Panicked::from_payload(&*payload);
-    tracing::error!("{panicked}");
-    Box::new(panicked)
 }

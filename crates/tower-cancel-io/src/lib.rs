@@ -27,6 +27,7 @@
 
 #![forbid(unsafe_code)]
 
+mod config;
 mod content_length;
 #[cfg(test)]
 mod decode_test;
@@ -35,13 +36,16 @@ mod in_flight;
 mod ndjson;
 mod read;
 mod server;
+mod settled;
+mod shutdown;
 mod spawned;
 mod write;
 
+pub use config::{
+    ResponseHandler, DEFAULT_CLOSE_GRACE, DEFAULT_DRAIN_TIMEOUT, DEFAULT_STALL_TIMEOUT,
+};
 pub use content_length::ContentLengthCodec;
 pub use frame::{FrameError, DEFAULT_MAX_FRAME_SIZE};
 pub use ndjson::NdjsonCodec;
-pub use server::{
-    Framing, ResponseHandler, Server, ShutdownHandle, DEFAULT_CLOSE_GRACE, DEFAULT_DRAIN_TIMEOUT,
-    DEFAULT_STALL_TIMEOUT,
-};
+pub use server::{Framing, Server};
+pub use shutdown::ShutdownHandle;

@@ -19,15 +19,16 @@ use tokio_util::{
     sync::CancellationToken,
 };
 use tower_cancel::{
-    error_map::error_object, BoxError, CancelReason, Connection, ErrorObject, Incoming, Message,
-    Request, Response, Unavailable,
+    error_map::error_object, unwind, BoxError, CancelReason, Connection, ErrorObject, Incoming,
+    Message, Request, Response, Unavailable,
 };
 use tower_service::Service;
 
 use crate::{
+    config::Config,
     frame::FrameError,
-    in_flight::{panicked, settle, InFlight, Settled},
-    server::{ResponseHandler, Server},
+    in_flight::InFlight,
+    settled::{panicked, settle, Settled},
     spawned::{Spawn, Spawned},
 };
 
@@ -42,15 +43,12 @@ enum Ending {
 
 pub(crate) struct ReadLoop<S> {
     service: S,
-    connection: Connection,
-    close_grace: Duration,
-    drain_timeout: Duration,
-    stall_timeout: Duration,
-    shutdown: CancellationToken,
-    on_response: ResponseHandler,
-    writer_gone: CancellationToken,
     // Set when each request runs on a task of its own; else the loop polls them itself.
     spawn: Option<Spawn<S>>,
+    connection: Connection,
+    config: Config,
+    shutdown: CancellationToken,
+    writer_gone: CancellationToken,
 }
 
 /// Closes the connection when the read loop ends in any way: returning, panicking, or its `serve` future dropped
@@ -69,17 +67,23 @@ where
     S: Service<Request, Response = Option<Response>>,
     S::Error: Into<BoxError>,
 {
-    pub(crate) fn new(server: Server<S>, writer_gone: CancellationToken) -> Self {
+    /// The read loop of `connection`: `shutdown` starts its graceful shutdown, `writer_gone` tells it that the peer
+    /// can no longer hear this side.
+    pub(crate) fn new(
+        service: S,
+        spawn: Option<Spawn<S>>,
+        connection: Connection,
+        config: Config,
+        shutdown: CancellationToken,
+        writer_gone: CancellationToken,
+    ) -> Self {
         Self {
-            service: server.service,
-            connection: server.connection,
-            close_grace: server.close_grace,
-            drain_timeout: server.drain_timeout,
-            stall_timeout: server.stall_timeout,
-            shutdown: server.shutdown.token().clone(),
-            on_response: server.on_response,
+            service,
+            spawn,
+            connection,
+            config,
+            shutdown,
             writer_gone,
-            spawn: server.spawn,
         }
     }
 
@@ -126,7 +130,7 @@ where
             if full && !was_full {
                 stall
                     .as_mut()
-                    .reset(tokio::time::Instant::now() + self.stall_timeout);
+                    .reset(tokio::time::Instant::now() + self.config.stall_timeout);
             }
             was_full = full;
             let next = tokio::select! {
@@ -147,7 +151,7 @@ where
                 // The peer is not reading its replies: read nothing more from it until the writer catches up.
                 () = outbox.room(), if full => continue,
                 () = &mut stall, if full => {
-                    tracing::warn!(timeout = ?self.stall_timeout, "the peer read too little of its replies: closing the connection");
+                    tracing::warn!(timeout = ?self.config.stall_timeout, "the peer read too little of its replies: closing the connection");
                     break;
                 }
             };
@@ -185,7 +189,7 @@ where
             let request = match self.connection.receive(message) {
                 Incoming::Request(request) => request,
                 Incoming::Response(response) => {
-                    let handler = AssertUnwindSafe(|| (self.on_response)(response));
+                    let handler = AssertUnwindSafe(|| (self.config.on_response)(response));
                     if std::panic::catch_unwind(handler).is_err() {
                         tracing::error!("the response handler panicked; the reply is dropped");
                     }
@@ -240,11 +244,11 @@ where
             // their effects (an editor's `didChange` edits), which tasks on several workers would not keep.
             let spawn = self.spawn.filter(|_| id.is_some());
             let service = &mut self.service;
-            let call = AssertUnwindSafe(|| match spawn {
+            let called = unwind::call(|| match spawn {
                 Some(spawn) => Either::Right(spawn(service, request)),
                 None => Either::Left(service.call(request)),
             });
-            match std::panic::catch_unwind(call) {
+            match called {
                 Ok(Either::Left(future)) => in_flight.push_inline(settle(id, future)),
                 Ok(Either::Right(task)) => in_flight.push_spawned(Spawned::new(id, task)),
                 Err(payload) => self.answer((id, Err(panicked(payload)))),
@@ -270,7 +274,7 @@ where
             // cancellable, such as `initialize`; notifications). A cancelled request is settled by its cancel
             // layer, at once or, in cooperative mode, within the layer's own grace period, so the wait goes on
             // while the connection still has one registered: on a shutdown the peer is still waiting for it.
-            let mut grace = pin!(tokio::time::sleep(self.close_grace));
+            let mut grace = pin!(tokio::time::sleep(self.config.close_grace));
             let mut grace_over = false;
             loop {
                 tokio::select! {
@@ -299,7 +303,7 @@ where
     fn begin_drain(&self, drain: Pin<&mut Sleep>, in_flight: usize) -> Ending {
         tracing::info!(in_flight, "shutting down: draining requests in flight");
         self.connection.refuse_new(CancelReason::Shutdown);
-        drain.reset(tokio::time::Instant::now() + self.drain_timeout);
+        drain.reset(tokio::time::Instant::now() + self.config.drain_timeout);
         Ending::Shutdown
     }
 

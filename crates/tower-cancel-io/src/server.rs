@@ -1,4 +1,4 @@
-//! The connection driver's configuration and entry points.
+//! The connection driver: its builder, `Server`, and the entry points that serve a connection with it.
 
 use std::{fmt, io, time::Duration};
 
@@ -17,10 +17,12 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::{
+    config::Config,
     content_length::ContentLengthCodec,
-    frame::{FrameError, DEFAULT_MAX_FRAME_SIZE},
+    frame::FrameError,
     ndjson::NdjsonCodec,
     read::ReadLoop,
+    shutdown::ShutdownHandle,
     spawned::{spawner, Spawn},
     write::write_loop,
 };
@@ -33,10 +35,6 @@ pub enum Framing {
     /// One JSON object per line (ACP and MCP over stdio).
     Ndjson,
 }
-
-/// What the driver does with replies the peer sends to this side's own requests, when the connection has no
-/// [`Peer`] to take them.
-pub type ResponseHandler = Box<dyn FnMut(Response) + Send>;
 
 /// Serves a `Service<Request, Response = Option<Response>>` (such as a [`CancelStack`]) over one connection.
 ///
@@ -76,59 +74,21 @@ pub type ResponseHandler = Box<dyn FnMut(Response) + Send>;
 /// - A service that fails readiness answers the request that waited for it with -32603 `service unavailable`
 ///   (as the stack's own layers do), and the connection goes on.
 pub struct Server<S> {
-    pub(crate) service: S,
-    pub(crate) connection: Connection,
-    pub(crate) max_frame_size: usize,
-    pub(crate) close_grace: Duration,
-    pub(crate) drain_timeout: Duration,
-    pub(crate) stall_timeout: Duration,
-    pub(crate) shutdown: ShutdownHandle,
-    pub(crate) on_response: ResponseHandler,
-    pub(crate) spawn: Option<Spawn<S>>,
+    service: S,
+    connection: Connection,
+    config: Config,
+    shutdown: ShutdownHandle,
+    spawn: Option<Spawn<S>>,
     outbox: Outbox,
     outbox_rx: OutboxReceiver,
 }
-
-/// Starts a graceful shutdown of one connection (see [`Server::shutdown_handle`]). Cloning gives another handle to
-/// the same connection; handles of several connections can be driven by one signal.
-#[derive(Clone, Debug, Default)]
-pub struct ShutdownHandle {
-    token: CancellationToken,
-}
-
-impl ShutdownHandle {
-    /// Stop taking work: new requests are answered as cancelled with reason Shutdown, the ones in flight get the
-    /// drain timeout to finish, then the rest are cancelled (reading goes on meanwhile, for cancels and replies).
-    pub fn shutdown(&self) {
-        self.token.cancel();
-    }
-
-    /// Whether shutdown was asked for.
-    pub fn is_shutting_down(&self) -> bool {
-        self.token.is_cancelled()
-    }
-
-    pub(crate) fn token(&self) -> &CancellationToken {
-        &self.token
-    }
-}
-
-/// How long in-flight requests may run on after a graceful shutdown began, by default.
-pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// How long in-flight requests may take to settle after the connection closed, by default.
-pub const DEFAULT_CLOSE_GRACE: Duration = Duration::from_secs(1);
-
-/// How long the driver keeps its reading stopped, by default, for a peer that does not read its replies, before it
-/// closes the connection.
-pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl<S> fmt::Debug for Server<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Server")
             .field("connection", &self.connection)
-            .field("max_frame_size", &self.max_frame_size)
-            .field("close_grace", &self.close_grace)
+            .field("max_frame_size", &self.config.max_frame_size)
+            .field("close_grace", &self.config.close_grace)
             .field("spawn_requests", &self.spawn.is_some())
             .finish()
     }
@@ -149,14 +109,8 @@ where
             outbox,
             outbox_rx,
             service,
-            max_frame_size: DEFAULT_MAX_FRAME_SIZE,
-            close_grace: DEFAULT_CLOSE_GRACE,
-            stall_timeout: DEFAULT_STALL_TIMEOUT,
-            drain_timeout: DEFAULT_DRAIN_TIMEOUT,
+            config: Config::default(),
             shutdown: ShutdownHandle::default(),
-            on_response: Box::new(|response| {
-                tracing::debug!(id = ?response.id, "reply to an unknown outgoing request dropped");
-            }),
             spawn: None,
         }
     }
@@ -193,9 +147,9 @@ where
         self.connection.peer().cloned()
     }
 
-    /// The largest frame accepted (default [`DEFAULT_MAX_FRAME_SIZE`]).
+    /// The largest frame accepted (default [`DEFAULT_MAX_FRAME_SIZE`](crate::DEFAULT_MAX_FRAME_SIZE)).
     pub fn max_frame_size(mut self, bytes: usize) -> Self {
-        self.max_frame_size = bytes;
+        self.config.max_frame_size = bytes;
         self
     }
 
@@ -207,26 +161,26 @@ where
     }
 
     /// How long the driver may keep its reading stopped (more than [`Server::max_queued_bytes`] of replies
-    /// queued, all that time) before it closes the connection as a disconnect (default [`DEFAULT_STALL_TIMEOUT`]).
+    /// queued, all that time) before it closes the connection as a disconnect (default [`DEFAULT_STALL_TIMEOUT`](crate::DEFAULT_STALL_TIMEOUT)).
     /// A peer that reads nothing, or too little to bring its replies under the bound in that time, is not waited
     /// for forever; nor are two endpoints that both stopped reading because each floods the other past its bound.
     pub fn stall_timeout(mut self, timeout: Duration) -> Self {
-        self.stall_timeout = timeout;
+        self.config.stall_timeout = timeout;
         self
     }
 
     /// How long requests that could not be cancelled (`initialize`, notifications) may take to settle after the
     /// connection closed or the drain ended, and how long the last replies may take to be written (default
-    /// [`DEFAULT_CLOSE_GRACE`]). Cancelled requests are waited for until their cancel layer settles them.
+    /// [`DEFAULT_CLOSE_GRACE`](crate::DEFAULT_CLOSE_GRACE)). Cancelled requests are waited for until their cancel layer settles them.
     pub fn close_grace(mut self, grace: Duration) -> Self {
-        self.close_grace = grace;
+        self.config.close_grace = grace;
         self
     }
 
     /// How long requests in flight may run on after a graceful shutdown began, before they are cancelled with
-    /// reason Shutdown (default [`DEFAULT_DRAIN_TIMEOUT`]).
+    /// reason Shutdown (default [`DEFAULT_DRAIN_TIMEOUT`](crate::DEFAULT_DRAIN_TIMEOUT)).
     pub fn drain_timeout(mut self, timeout: Duration) -> Self {
-        self.drain_timeout = timeout;
+        self.config.drain_timeout = timeout;
         self
     }
 
@@ -275,7 +229,7 @@ where
     /// Where replies from the peer go when the connection has no [`Peer`] (by default they are logged and dropped).
     /// A panic in the handler is caught and logged.
     pub fn on_response(mut self, handler: impl FnMut(Response) + Send + 'static) -> Self {
-        self.on_response = Box::new(handler);
+        self.config.on_response = Box::new(handler);
         self
     }
 
@@ -294,7 +248,7 @@ where
         R: AsyncRead + Unpin,
         W: AsyncWrite + Unpin,
     {
-        let max = self.max_frame_size;
+        let max = self.config.max_frame_size;
         match framing {
             Framing::ContentLength => {
                 let codec = ContentLengthCodec::with_max_frame_size(max);
@@ -318,7 +272,7 @@ where
     {
         // The read loop takes `self`; the writer takes the receiver, leaving an unused one in its place.
         let rx = std::mem::replace(&mut self.outbox_rx, Outbox::new().1);
-        let close_grace = self.close_grace;
+        let close_grace = self.config.close_grace;
         // The writer stops when told, not when every outbox is dropped: handlers may keep clones.
         let closing = CancellationToken::new();
         let writer_gone = CancellationToken::new();
@@ -330,9 +284,16 @@ where
             close_grace,
         );
         let reader = async {
-            let read = ReadLoop::new(self, writer_gone)
-                .run(FramedRead::new(reader, codec))
-                .await;
+            let read = ReadLoop::new(
+                self.service,
+                self.spawn,
+                self.connection,
+                self.config,
+                self.shutdown.token().clone(),
+                writer_gone,
+            )
+            .run(FramedRead::new(reader, codec))
+            .await;
             closing.cancel();
             read
         };

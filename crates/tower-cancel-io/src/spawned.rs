@@ -15,10 +15,7 @@ use tokio::task::JoinHandle;
 use tower_cancel::{BoxError, Id, Request, Response};
 use tower_service::Service;
 
-use crate::in_flight::{panicked, Settled};
-
-/// What a request's task gives back: the service's outcome, its error already boxed.
-pub(crate) type Outcome = Result<Option<Response>, BoxError>;
+use crate::settled::{panicked, Outcome, Settled};
 
 /// Calls the service and spawns the future it returns. A plain function pointer, made where the service's future
 /// is known to be `Send + 'static`, so that the driver itself needs no such bound (the inline mode serves

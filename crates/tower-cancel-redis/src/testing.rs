@@ -1,15 +1,20 @@
 //! A private `redis-server` for tests (the `test-support` feature): on a free loopback port, no config file
 //! (Debian's would make it daemonize), no persistence, stopped by its pid.
+//!
+//! A machine without `redis-server` skips the tests that need one, each saying so on the run's output, so that
+//! `cargo test --workspace` passes on a fresh machine; [`REQUIRE_ENV`] makes them required instead (CI sets it).
 
 use std::{
+    io::{self, Write},
     net::{TcpListener, TcpStream},
     path::PathBuf,
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
 
-/// Set to skip the tests that need Redis when `redis-server` is not installed (they fail otherwise: CI has it).
-pub const SKIP_ENV: &str = "TOWER_CANCEL_SKIP_REDIS";
+/// Set (to `1`: anything but empty or `0`) to make a missing `redis-server` fail the tests that need it, rather than skip them:
+/// `.ci/run` sets it, and installs Redis.
+pub const REQUIRE_ENV: &str = "TOWER_CANCEL_REQUIRE_REDIS";
 
 /// A `redis-server` process of a test's own; killed when dropped.
 #[derive(Debug)]
@@ -20,22 +25,25 @@ pub struct RedisServer {
 }
 
 impl RedisServer {
-    /// A new server, or `None` (with a line saying so) when `redis-server` is missing and [`SKIP_ENV`] is set.
+    /// A new server, or `None` when `redis-server` cannot be run: the test that asked for it is skipped (it
+    /// returns), with a line on the run's output that says so and why. With [`REQUIRE_ENV`] set, it fails instead.
     pub fn start() -> Option<Self> {
-        if Command::new("redis-server")
+        if let Err(missing) = Command::new("redis-server")
             .arg("--version")
             .stdout(Stdio::null())
             .status()
-            .is_err()
         {
-            if std::env::var_os(SKIP_ENV).is_some() {
-                eprintln!("SKIPPED: redis-server is not installed ({SKIP_ENV} is set)");
-                return None;
+            let why = match missing.kind() {
+                io::ErrorKind::NotFound => {
+                    "redis-server not found on PATH (apt-get install redis-server)".to_owned()
+                }
+                _ => format!("redis-server could not be run ({missing})"),
+            };
+            if required() {
+                panic!("{why}, and {REQUIRE_ENV} is set: the tests that need Redis are required");
             }
-            panic!(
-                "redis-server is not installed: `apt-get install redis-server` (CI installs it), or set \
-                 {SKIP_ENV}=1 to skip the tests that need it"
-            );
+            skipped(&why);
+            return None;
         }
         let port = free_port();
         let dir =
@@ -103,4 +111,22 @@ impl Drop for RedisServer {
 fn free_port() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").expect("a free port");
     listener.local_addr().unwrap().port()
+}
+
+/// Whether [`REQUIRE_ENV`] is set.
+fn required() -> bool {
+    std::env::var_os(REQUIRE_ENV).is_some_and(|value| !value.is_empty() && value != "0")
+}
+
+/// Say that the running test is skipped, and why. Straight to the process's standard error, not through
+/// `eprintln!`: the test harness keeps what a passing test prints to itself, and a skip must be seen.
+fn skipped(why: &str) {
+    // The harness names each test's thread after the test.
+    let thread = std::thread::current();
+    let test = thread.name().filter(|name| *name != "main");
+    let test = test.map(|name| format!("test {name} ")).unwrap_or_default();
+    let _ = writeln!(
+        io::stderr(),
+        "{test}skipped: {why}; set {REQUIRE_ENV}=1 to make this a failure"
+    );
 }

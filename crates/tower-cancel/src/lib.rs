@@ -109,6 +109,7 @@ pub mod scope;
 mod session;
 mod stack;
 pub mod timeout;
+pub mod unwind;
 
 pub use cancel::{CancelLayer, Cancelled, Mode, Panicked, Unavailable};
 pub use cascade::CascadeLayer;

@@ -1,7 +1,6 @@
 use std::{
     fmt,
     future::Future,
-    panic::AssertUnwindSafe,
     pin::Pin,
     task::{Context, Poll},
     time::Duration,
@@ -14,7 +13,7 @@ use tower_service::Service;
 use super::{settlement::Settlement, Cancelled, Mode, Panicked, Unavailable};
 use crate::{
     dispatch::Dispatch, lifecycle::Lifecycle, outcome::BoxError, reason::CancelReason,
-    request::Request,
+    request::Request, unwind,
 };
 
 pin_project! {
@@ -233,10 +232,9 @@ where
 
 /// Drop the inner future (the handler), catching a panic in its drop: the request's outcome is already decided (a
 /// cancel won, or the handler answered), and a destructor failing must neither change it nor reach the transport.
-fn drop_inner<S: Service<Request>>(mut dispatch: Pin<&mut Dispatch<S>>) {
-    // An assignment whose drop of the old value panics still writes the new one, so the state is `Done` either way.
-    let dropped = std::panic::catch_unwind(AssertUnwindSafe(|| dispatch.set(Dispatch::Done)));
-    if let Err(payload) = dropped {
+fn drop_inner<S: Service<Request>>(dispatch: Pin<&mut Dispatch<S>>) {
+    // The state is `Done` afterwards even when the drop panics.
+    if let Err(payload) = unwind::set(dispatch, Dispatch::Done) {
         let panicked = Panicked::from_payload(&*payload);
         tracing::error!("the handler's future panicked while it was dropped: {panicked}");
     }
@@ -253,7 +251,7 @@ where
     S::Error: Into<BoxError>,
 {
     let mut dispatch = dispatch;
-    match std::panic::catch_unwind(AssertUnwindSafe(|| dispatch.as_mut().poll(cx))) {
+    match unwind::call(|| dispatch.as_mut().poll(cx)) {
         Ok(poll) => poll,
         Err(payload) => {
             // The inner future is left as it was when it panicked: never poll it again.
