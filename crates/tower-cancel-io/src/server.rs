@@ -313,7 +313,7 @@ where
     where
         CancelStack<D>: Layer<S, Service = L>,
     {
-        let scope = Scope::with_dialect(stack.dialect().clone());
+        let scope = stack.scope();
         Server::new(stack.layer(service)).in_scope(scope)
     }
 }

@@ -7,9 +7,10 @@ use tower_layer::Layer;
 use crate::{
     cancel::{Cancel, CancelLayer, Mode},
     cascade::{Cascade, CascadeLayer},
-    dialect::{Abp, Acp, AcpDraft, Dialect, Lsp, Mcp},
+    dialect::{Abp, Acp, AcpDraft, Dialect, Lsp, Mcp, Rap},
     error_map::{ErrorMap, ErrorMapLayer},
     registry::Registry,
+    scope::Scope,
     timeout::{Timeout, TimeoutLayer},
 };
 
@@ -80,6 +81,13 @@ impl CancelStack<Abp> {
     }
 }
 
+impl CancelStack<Rap> {
+    /// The stack of a tool server of the Remote Action Protocol (no result for a call the runtime cancelled).
+    pub fn rap() -> Self {
+        Self::new(Rap)
+    }
+}
+
 impl<D: Dialect + Clone> CancelStack<D> {
     /// The stack for any dialect.
     pub fn new(dialect: D) -> Self {
@@ -88,6 +96,12 @@ impl<D: Dialect + Clone> CancelStack<D> {
             error_map: ErrorMapLayer::new(dialect),
             timeout: TimeoutLayer::none(),
         }
+    }
+
+    /// A new scope speaking the stack's dialect, for a transport serving this stack: its connections' peers and
+    /// the layers then speak the same dialect, given once.
+    pub fn scope(&self) -> Scope {
+        Scope::with_dialect(self.dialect().clone())
     }
 }
 
@@ -114,8 +128,9 @@ impl<D> CancelStack<D> {
         self.mode(Mode::Cooperative { grace })
     }
 
-    /// The dialect the stack was built for: give the same value to the transport's scope
-    /// ([`Scope::with_dialect`](crate::scope::Scope::with_dialect)), so that its peer speaks it too.
+    /// The dialect the stack was built for. The layers read each request in its scope's dialect (the one its
+    /// transport's peer speaks); this one stands in for a scope that speaks none ([`Scope::new`], a request
+    /// without a connection). [`scope`](Self::scope) makes a scope that speaks it.
     pub fn dialect(&self) -> &D {
         self.cancel.dialect()
     }

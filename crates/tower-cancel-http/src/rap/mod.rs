@@ -11,7 +11,6 @@
 //!
 //! The wire types are in [`wire`] (re-exported here), the id checks in [`ids`].
 
-mod dialect;
 pub mod ids;
 mod notifier;
 mod output;
@@ -20,7 +19,6 @@ mod server;
 mod tools;
 pub mod wire;
 
-pub use dialect::{Rap, STOPPED};
 pub use notifier::{
     Delivery, Fanout, Notifier, NotifierStats, NotifyError, DEFAULT_NOTIFY_TIMEOUT,
 };
@@ -31,6 +29,7 @@ pub use server::{
     DEFAULT_THREAD_LINGER, MAX_NOTICE_BYTES,
 };
 pub use tools::Tools;
+pub use tower_cancel::dialect::rap::{Rap, STOPPED};
 pub use wire::{CallStatus, CancelToolCall, CloseThread, Invocation, ToolDef, ToolResult, Toolset};
 
 /// What a handler knows of the invocation it serves, in its request's extensions (the operation is the request's

@@ -2,6 +2,9 @@
 //!
 //! [`CancelLayer`] sits near the top of the stack (just inside [`ErrorMapLayer`](crate::ErrorMapLayer)):
 //!
+//! - It reads each message in the dialect of the request's scope ([`Scope::with_dialect`](crate::Scope::with_dialect),
+//!   the dialect its transport's peer speaks), or in its own where the scope speaks none: a stack and its
+//!   transport cannot disagree.
 //! - It consumes the dialect's cancel notifications: a cancel for an in-flight request of the same scope cancels
 //!   it with [`CancelReason::Peer`]; a cancel for an unknown id is remembered for a
 //!   while (the request may still be on its way); a malformed cancel is ignored. Cancel notifications never reach
@@ -74,6 +77,7 @@
 //! # }
 //! ```
 
+mod admit;
 mod future;
 mod layer;
 mod settlement;
@@ -86,22 +90,14 @@ use std::{
 
 use tower_service::Service;
 
-use self::settlement::Settlement;
+use self::admit::{admit, Admitted};
 pub use self::{
     future::ResponseFuture,
     layer::{CancelLayer, Mode},
 };
 pub use crate::outcome::{Cancelled, Panicked, Unavailable};
 use crate::{
-    context::RequestContext,
-    dialect::{Dialect, Recognized},
-    dispatch::Dispatch,
-    lifecycle::Lifecycle,
-    metrics::DialectLabel,
-    outcome::{BoxError, CancelOutcome},
-    reason::CancelReason,
-    registry::Registry,
-    request::Request,
+    dialect::Dialect, dispatch::Dispatch, outcome::BoxError, registry::Registry, request::Request,
     scope::Connection,
 };
 
@@ -180,66 +176,25 @@ where
     }
 
     fn call(&mut self, mut req: Request) -> Self::Future {
-        // Borrowed, not cloned: the registration keeps the one clone a request needs.
-        let connection = req.connection().unwrap_or(&self.own);
-        let session = connection.session();
         // The clone takes the readiness-free copy of the inner service into the request's own future, which
         // waits for readiness there (raced against the request's cancel) and then calls it.
         let inner = self.inner.clone();
-
-        let Some(id) = req.id().cloned() else {
-            return match self.dialect.recognize(&req, session) {
-                Recognized::Cancel(notice) => {
-                    let reason = CancelReason::peer(notice.reason);
-                    let outcome = connection.cancel(&notice.id, reason.clone());
-                    tracing::debug!(
-                        dialect = self.dialect.name(),
-                        id = %notice.id,
-                        reason = reason.text().unwrap_or(""),
-                        ?outcome,
-                        "cancel received"
-                    );
-                    if let (CancelOutcome::Cancelled, Some(text)) = (outcome, reason.text()) {
-                        tracing::info!(id = %notice.id, reason = text, "request cancelled by the peer");
-                    }
-                    ResponseFuture::ready(Ok(S::Response::default()))
-                }
-                Recognized::Malformed => {
-                    tracing::debug!(
-                        dialect = self.dialect.name(),
-                        params = req.params().map(|p| p.get()),
-                        "malformed cancel ignored"
-                    );
-                    ResponseFuture::ready(Ok(S::Response::default()))
-                }
-                Recognized::NotACancel => ResponseFuture::notification(Dispatch::new(inner, req)),
-            };
+        // Borrowed, not cloned: the registration keeps the one clone a request needs.
+        let connection = req.connection().unwrap_or(&self.own);
+        // The request's dialect is its scope's, the one owner that its transport's peer speaks too; the layer's
+        // own only stands in for a scope that speaks none (`Scope::new`, a request without a connection).
+        let admitted = match connection.scope().dialect() {
+            Some(dialect) => admit(&**dialect, dialect, connection, &req),
+            None => admit(&self.dialect, &self.progress, connection, &req),
         };
-
-        self.dialect.observe_request(&req, session);
-        let span = settlement::request_span(&id, req.method());
-        let lifecycle = if self.dialect.is_cancellable(req.method(), session) {
-            Lifecycle::new(id, connection.key())
-        } else {
-            // Registered all the same (its id is in flight), and given a context (id, progress), but nothing can
-            // cancel it: no timeout either.
-            Lifecycle::uncancellable(id, connection.key())
-        };
-        let lifecycle = Arc::new(
-            lifecycle
-                .with_partial_results(self.dialect.allows_partial_result())
-                .with_initializes(self.dialect.initializes(req.method())),
-        );
-        let registration = match connection.register(lifecycle.clone()) {
-            Ok(registration) => registration,
-            Err(duplicate) => {
-                settlement::record_outcome(&span, "duplicate", None);
-                return ResponseFuture::ready(Err(Box::new(duplicate)));
+        match admitted {
+            Admitted::Consumed => ResponseFuture::ready(Ok(S::Response::default())),
+            Admitted::Notification => ResponseFuture::notification(Dispatch::new(inner, req)),
+            Admitted::Duplicate(duplicate) => ResponseFuture::ready(Err(Box::new(duplicate))),
+            Admitted::Request(context, settlement) => {
+                req.set_context(context);
+                ResponseFuture::racing(Dispatch::new(inner, req), settlement, self.mode)
             }
-        };
-        req.set_context(RequestContext::new(lifecycle, Some(self.progress.clone())));
-        let settlement =
-            Settlement::new(registration, span, DialectLabel::new(self.dialect.name()));
-        ResponseFuture::racing(Dispatch::new(inner, req), settlement, self.mode)
+        }
     }
 }

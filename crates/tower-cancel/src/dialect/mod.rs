@@ -11,6 +11,7 @@
 //! | [`AcpDraft`] | `$/cancelRequest {id}`, only after `initialize` and if declared | error -32800 |
 //! | [`Mcp`] | `notifications/cancelled {requestId, reason}` | no reply at all |
 //! | [`Abp`] | `capabilities/cancel {callId, reason}`, itself answered ([`abp`]) | `{success: false, cancelled: true}` |
+//! | [`Rap`] | none: the `/cancel_tool_call` endpoint (`tower-cancel-http`) | no result (an error result for a timeout or a shutdown) |
 //!
 //! Write your own by implementing the trait.
 
@@ -29,12 +30,14 @@ pub mod abp;
 mod acp;
 mod lsp;
 mod mcp;
+pub mod rap;
 mod server_cancellable;
 
 pub use abp::Abp;
 pub use acp::{Acp, AcpDraft};
 pub use lsp::Lsp;
 pub use mcp::Mcp;
+pub use rap::Rap;
 pub use server_cancellable::ServerCancellable;
 
 /// A cancel message read off the wire.

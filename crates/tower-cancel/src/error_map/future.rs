@@ -2,6 +2,7 @@ use std::{
     fmt,
     future::Future,
     pin::Pin,
+    sync::Arc,
     task::{ready, Context, Poll},
 };
 
@@ -36,14 +37,40 @@ pin_project! {
 
 /// What a reply is about, kept while the request runs: only what rendering it needs. One value rather than an
 /// id and a method side by side, so that a request held for long keeps the room of one of them.
-#[derive(Debug)]
 pub(crate) enum Subject {
-    /// A request: its reply names `id`.
-    Request { id: Id, server_cancellable: bool },
+    /// A request: its reply names `id`. `spoken` is its scope's dialect, where the scope speaks one (else the
+    /// layer's renders the reply).
+    Request {
+        id: Id,
+        server_cancellable: bool,
+        spoken: Option<Arc<dyn Dialect>>,
+    },
     /// A notification: never answered; its method is kept to log a failure.
     Notification { method: String },
     /// The reply was given.
     Answered,
+}
+
+impl fmt::Debug for Subject {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Subject::Request {
+                id,
+                server_cancellable,
+                spoken,
+            } => f
+                .debug_struct("Request")
+                .field("id", id)
+                .field("server_cancellable", server_cancellable)
+                .field("spoken", &spoken.as_ref().map(|dialect| dialect.name()))
+                .finish(),
+            Subject::Notification { method } => f
+                .debug_struct("Notification")
+                .field("method", method)
+                .finish(),
+            Subject::Answered => f.write_str("Answered"),
+        }
+    }
 }
 
 impl<F: Future, D> ResponseFuture<F, D> {
@@ -93,6 +120,12 @@ where
             Subject::Request {
                 id,
                 server_cancellable,
+                spoken: Some(dialect),
+            } => Poll::Ready(Ok(render(id, outcome, server_cancellable, &*dialect))),
+            Subject::Request {
+                id,
+                server_cancellable,
+                spoken: None,
             } => Poll::Ready(Ok(render(id, outcome, server_cancellable, this.dialect))),
             Subject::Notification { method } => {
                 if let Err(error) = outcome {

@@ -13,7 +13,8 @@
 //! | [`Unavailable`], or the inner service failing readiness | -32603 `service unavailable`, the error logged |
 //! | any other error | -32603 with the error's text |
 //!
-//! Notifications are never answered; their errors are logged.
+//! Notifications are never answered; their errors are logged. The dialect is the request's scope's, where its
+//! scope speaks one ([`Scope::with_dialect`](crate::Scope::with_dialect)), else the layer's own.
 //!
 //! The outcome itself (which of a completion, a cancel, a timeout, a panic counts) is decided by the
 //! [`CancelLayer`](crate::CancelLayer) below, which also catches the handler's panics; this layer only renders it.
@@ -126,9 +127,19 @@ where
 
     fn call(&mut self, req: Request) -> Self::Future {
         let subject = match req.id() {
-            Some(id) => Subject::Request {
-                id: id.clone(),
-                server_cancellable: self.dialect.is_server_cancellable(req.method()),
+            // The reply is in the dialect of the request's scope, where the scope speaks one: the dialect the
+            // cancel layer below read the request in. The layer's own stands in for a scope that speaks none.
+            Some(id) => match req.connection().and_then(|c| c.scope().dialect()) {
+                Some(dialect) => Subject::Request {
+                    id: id.clone(),
+                    server_cancellable: dialect.is_server_cancellable(req.method()),
+                    spoken: Some(dialect.clone()),
+                },
+                None => Subject::Request {
+                    id: id.clone(),
+                    server_cancellable: self.dialect.is_server_cancellable(req.method()),
+                    spoken: None,
+                },
             },
             // The method is only kept for notifications, whose failures are logged (requests' failures are
             // answered).
@@ -145,7 +156,7 @@ where
 }
 
 /// The reply for `outcome` of request `id`, or `None` where the dialect sends none.
-pub(crate) fn render<D: Dialect>(
+pub(crate) fn render<D: Dialect + ?Sized>(
     id: Id,
     outcome: Result<Value, BoxError>,
     server_cancellable: bool,

@@ -101,15 +101,17 @@ pub struct Scope {
 }
 
 impl Scope {
-    /// A scope without a dialect: its connections have no [`Peer`](crate::Peer), and replies from the other side
-    /// are handed back to the transport ([`Incoming::Response`](crate::Incoming::Response)).
+    /// A scope without a dialect: its connections have no [`Peer`](crate::Peer), replies from the other side
+    /// are handed back to the transport ([`Incoming::Response`](crate::Incoming::Response)), and the layers read
+    /// its requests in the stack's own dialect.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// A scope whose connections each have a [`Peer`](crate::Peer) speaking `dialect`. Give it the same
-    /// dialect value the stack was built with ([`CancelStack::dialect`](crate::CancelStack::dialect)). If the
-    /// dialect acknowledges cancels ([`Dialect::acknowledges_cancels`]), the registry remembers how its last
+    /// A scope that speaks `dialect`: the one owner of it. Its connections each have a [`Peer`](crate::Peer)
+    /// speaking it, and every layer reads the scope's requests in it, whatever dialect the stack was built with
+    /// (a stack's own stands in only for a scope that speaks none). [`CancelStack::scope`](crate::CancelStack::scope)
+    /// makes one with the stack's. If the dialect acknowledges cancels ([`Dialect::acknowledges_cancels`]), the registry remembers how its last
     /// requests ended ([`Registry::remember_finished`], with the defaults).
     pub fn with_dialect<D: Dialect>(dialect: D) -> Self {
         let mut registry = Registry::new();

@@ -1,22 +1,23 @@
-//! RAP's cancellation rules as a [`Dialect`], for the stack a tool server serves.
+//! The Remote Action Protocol's cancellation rules: [`Rap`], and the code of a call this side stopped.
 
-use tower_cancel::{
-    dialect::{CancelledReply, Recognized},
-    scope::SessionState,
-    CancelReason, Dialect, ErrorObject, Id, WireRequest,
+use super::{CancelledReply, Dialect, Recognized};
+use crate::{
+    message::{ErrorObject, Id, WireRequest},
+    reason::CancelReason,
+    session::SessionState,
 };
 
-/// RAP: cancels come from the `/cancel_tool_call` and `/close_thread` endpoints, never as messages, and a call the
-/// runtime cancelled gets no result (the runtime has already put its own "interrupted" result in the
+/// RAP, the Remote Action Protocol, for the stack a tool server serves (`tower-cancel-http`'s `rap` module is its
+/// transport): cancels come from the `/cancel_tool_call` and `/close_thread` endpoints, never as messages, and a
+/// call the runtime cancelled gets no result (the runtime has already put its own "interrupted" result in the
 /// conversation). A call stopped for any other reason (a timeout of the stack, a shutdown) still gets a result,
 /// an error, since the runtime is waiting for it.
 ///
 /// ```
-/// use tower_cancel::CancelStack;
-/// use tower_cancel_http::rap::Rap;
+/// use tower_cancel::{dialect::Rap, CancelStack};
 ///
-/// let stack = CancelStack::new(Rap).timeout(std::time::Duration::from_secs(300));
-/// # let _ = stack;
+/// let stack = CancelStack::rap().timeout(std::time::Duration::from_secs(300));
+/// # let _: CancelStack<Rap> = stack;
 /// ```
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Rap;
@@ -46,7 +47,6 @@ impl Dialect for Rap {
             CancelReason::Disconnect => "the tool call was stopped: its connection closed",
             CancelReason::Parent => "the tool call was stopped with the call it was made for",
             CancelReason::Local { .. } => "the tool call was stopped by the tool server",
-            _ => "the tool call was stopped",
         };
         CancelledReply::Error(ErrorObject::new(STOPPED, message))
     }
