@@ -18,13 +18,14 @@ pub mod abp;
 pub mod auth;
 mod body;
 mod call;
+pub mod front;
 pub mod jsonrpc;
 pub mod mcp;
 pub mod rap;
 mod scopes;
 
-pub use body::DEFAULT_MAX_BODY_BYTES;
 pub use call::RpcService;
+pub use front::DEFAULT_MAX_BODY_BYTES;
 pub use jsonrpc::JsonRpc;
 pub use mcp::McpHttp;
 

@@ -106,8 +106,9 @@ use self::{
     session::Sessions,
 };
 use crate::{
-    body::{self, Messages, DEFAULT_MAX_BODY_BYTES},
+    body::{self, Messages},
     call::{self, HangUp, RpcService, Running},
+    front::DEFAULT_MAX_BODY_BYTES,
     scopes::Scoped,
     Connection,
 };

@@ -33,8 +33,9 @@ use tower_service::Service;
 use self::{deliver::Delivery, threads::Thread};
 use super::wire::Toolset;
 use crate::{
-    body::{self, DEFAULT_MAX_BODY_BYTES},
+    body,
     call::{RpcService, Running},
+    front::DEFAULT_MAX_BODY_BYTES,
     scopes::{Scoped, Scopes},
 };
 
