@@ -2,18 +2,17 @@
 //! cancel.
 //!
 //! The task is what lets a request outlive its HTTP response where a disconnect must not cancel it (MCP
-//! `2025-11-25`): the response only waits for it. Where a disconnect is a cancel, the [`HangUp`] guard held by
-//! the response cancels the exchange's requests with reason `Disconnect` when the response is dropped unfinished
-//! (hyper drops it when the client goes), and the task then ends as the dialect says.
+//! `2025-11-25`): the response only waits for it. Where a disconnect is a cancel, the request's
+//! [`Link`](crate::front::Link), held by the response, cancels the exchange's requests with reason `Disconnect`
+//! when the response is dropped unfinished (hyper drops it when the client goes), and the task then ends as the
+//! dialect says.
 
 use std::panic::AssertUnwindSafe;
 
 use futures_util::FutureExt;
 use tokio::task::JoinHandle;
 use tower::ServiceExt;
-use tower_cancel::{
-    error_map::error_object, BoxError, CancelReason, Connection, Panicked, Request, Response,
-};
+use tower_cancel::{error_map::error_object, BoxError, Panicked, Request, Response};
 use tower_service::Service;
 
 /// What an HTTP front end needs of the service it serves: a [`CancelStack`](tower_cancel::CancelStack) over the
@@ -134,37 +133,5 @@ pub(crate) struct RunningGuard(std::sync::Arc<std::sync::atomic::AtomicUsize>);
 impl Drop for RunningGuard {
     fn drop(&mut self) {
         self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
-    }
-}
-
-/// Held by an HTTP response while it is being produced: when it is dropped, the exchange's requests still in
-/// flight are cancelled with reason `Disconnect` if the client's hang-up counts as a cancel here; otherwise
-/// they run on to their end and their replies are dropped.
-#[derive(Debug)]
-pub(crate) struct HangUp {
-    exchange: Connection,
-    cancels: bool,
-}
-
-impl HangUp {
-    pub(crate) fn new(exchange: Connection, cancels: bool) -> Self {
-        Self { exchange, cancels }
-    }
-}
-
-impl Drop for HangUp {
-    fn drop(&mut self) {
-        if self.cancels {
-            // Also when nothing is registered yet: a request whose task has not started starts out cancelled.
-            let cancelled = self.exchange.close(CancelReason::Disconnect);
-            if cancelled > 0 {
-                tracing::debug!(cancelled, "the client hung up: its requests are cancelled");
-            }
-        } else if self.exchange.in_flight() > 0 {
-            tracing::debug!(
-                running = self.exchange.in_flight(),
-                "the client hung up: its requests run on (a disconnect is not a cancel here)"
-            );
-        }
     }
 }

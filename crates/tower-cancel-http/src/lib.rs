@@ -28,5 +28,3 @@ pub use call::RpcService;
 pub use front::DEFAULT_MAX_BODY_BYTES;
 pub use jsonrpc::JsonRpc;
 pub use mcp::McpHttp;
-
-use tower_cancel::Connection;

@@ -8,10 +8,10 @@ mod support;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use support::{handle, serve, Probe};
+use support::{handle, mcp_handle, serve, Probe};
 use tower::{service_fn, ServiceBuilder};
 use tower_cancel::CancelStack;
-use tower_cancel_http::{front::Front, JsonRpc};
+use tower_cancel_http::{front::Front, JsonRpc, McpHttp};
 
 /// Wait (bounded: a hang guard, never a measure) for the front end to drain, and check that nothing is left.
 async fn drained(front: &Front) {
@@ -75,4 +75,92 @@ async fn jsonrpc_answers_its_requests_with_the_dialects_shutdown_reply_and_runs_
     drained(&rpc.front()).await;
     assert_eq!(probe.ends().len(), 1, "the late request never ran");
     assert_eq!(rpc.stats().requests, 2);
+}
+
+#[tokio::test]
+async fn mcp_answers_its_requests_minus_32603_ends_its_sessions_and_refuses_the_revisions_way() {
+    let probe = Probe::default();
+    let handler = probe.clone();
+    let stack = ServiceBuilder::new()
+        .layer(CancelStack::mcp())
+        .service(service_fn(move |req| mcp_handle(handler.clone(), req)));
+    let mcp = McpHttp::new(stack);
+    let url = format!("http://{}/mcp", serve(mcp.router()).await);
+    // JSON only: a reply never turns into a stream, whatever the time it takes.
+    const JSON: (&str, &str) = ("accept", "application/json");
+
+    let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}});
+    let response = reqwest::Client::new()
+        .post(&url)
+        .header("content-type", "application/json")
+        .header(JSON.0, JSON.1)
+        .body(initialize.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let session = response.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let sleep = |id: u64| json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "sleep", "arguments": {"ms": 60_000}}});
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "0"},
+        "io.modelcontextprotocol/clientCapabilities": {}
+    });
+    let stateless = |id: u64| {
+        let mut call = sleep(id);
+        call["params"]["_meta"] = meta.clone();
+        call
+    };
+    let stateless_headers = [
+        JSON,
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "tools/call"),
+        ("mcp-name", "sleep"),
+    ];
+
+    let in_session = tokio::spawn({
+        let (url, session, body) = (url.clone(), session.clone(), sleep(1));
+        async move { post_json(&url, &[JSON, ("mcp-session-id", &session)], body).await }
+    });
+    let alone = tokio::spawn({
+        let (url, body) = (url.clone(), stateless(2));
+        async move { post_json(&url, &stateless_headers, body).await }
+    });
+    probe.started(2).await;
+    assert_eq!(mcp.shutdown(), 2, "the two requests in flight");
+    let cancelled = |id: u64| {
+        json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32603,
+        "message": "Internal error: request cancelled (server shutting down)"}})
+    };
+    for (reply, id) in [(in_session.await.unwrap(), 1), (alone.await.unwrap(), 2)] {
+        assert_eq!(reply.0, 200);
+        assert_eq!(json(&reply.1), cancelled(id));
+    }
+    let mut ends = probe.ended(2).await;
+    ends.sort();
+    assert_eq!(
+        ends,
+        [
+            ("1".into(), "shutdown".into()),
+            ("2".into(), "shutdown".into())
+        ]
+    );
+    assert_eq!(mcp.sessions(), 0, "the server ended its sessions");
+
+    // After the shutdown: the session is gone (404), no new one opens (503), and a stateless request never runs.
+    let (status, body) = post_json(&url, &[JSON, ("mcp-session-id", &session)], sleep(3)).await;
+    assert_eq!(status, 404);
+    assert_eq!(json(&body)["error"]["code"], -32001);
+    let (status, _) = post_json(&url, &[JSON], initialize).await;
+    assert_eq!(status, 503);
+    let (status, body) = post_json(&url, &stateless_headers, stateless(4)).await;
+    assert_eq!(status, 200);
+    assert_eq!(json(&body), cancelled(4));
+    drained(&mcp.front()).await;
+    assert_eq!(probe.ends().len(), 2, "no request ran after the shutdown");
+    assert_eq!(mcp.sessions(), 0);
 }
