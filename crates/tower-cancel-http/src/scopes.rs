@@ -158,15 +158,6 @@ impl<K: Eq + Hash + Clone + Send + 'static, V: Scoped> Scopes<K, V> {
             .map(|entry| entry.value.clone())
     }
 
-    /// Every entry now (for a shutdown that reaches them all).
-    pub(crate) fn values(&self) -> Vec<Arc<V>> {
-        self.lock()
-            .entries
-            .values()
-            .map(|entry| entry.value.clone())
-            .collect()
-    }
-
     /// How many entries the table holds.
     pub(crate) fn len(&self) -> usize {
         self.lock().entries.len()

@@ -7,8 +7,13 @@ mod support;
 
 use std::time::Duration;
 
+use http::StatusCode;
 use serde_json::{json, Value};
-use support::{handle, mcp_handle, serve, Probe};
+use support::{
+    handle, mcp_handle,
+    rap::{end, result, Harness},
+    serve, Probe,
+};
 use tower::{service_fn, ServiceBuilder};
 use tower_cancel::CancelStack;
 use tower_cancel_http::{front::Front, JsonRpc, McpHttp};
@@ -163,4 +168,34 @@ async fn mcp_answers_its_requests_minus_32603_ends_its_sessions_and_refuses_the_
     drained(&mcp.front()).await;
     assert_eq!(probe.ends().len(), 2, "no request ran after the shutdown");
     assert_eq!(mcp.sessions(), 0);
+}
+
+#[tokio::test]
+async fn rap_answers_its_calls_with_an_error_result_and_refuses_invocations_with_503() {
+    let h = Harness::start().await;
+    h.invoke("t1", "c1", 60_000).await;
+    h.probe.started(1).await;
+    assert_eq!(h.server.shutdown(), 1, "the one call in flight");
+    // The runtime is still waiting for the call: it gets an error result, and the handler is stopped.
+    assert_eq!(
+        h.callback.results(1).await,
+        [result(
+            "t1",
+            "c1",
+            "Error: the tool server is shutting down"
+        )]
+    );
+    assert_eq!(h.probe.ended(1).await, [end("c1", "shutdown")]);
+
+    // After the shutdown: refused, so that the runtime records the refusal as the call's error at once.
+    let body = h.invocation("t1", "c2", "sleep", json!({"ms": 1}));
+    assert_eq!(
+        h.post("/invoke", body).await.0,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    drained(&h.server.front()).await;
+    let stats = h.stats();
+    assert_eq!((stats.accepted, stats.refused, stats.delivered), (1, 1, 1));
+    assert_eq!(h.probe.ends().len(), 1, "the late call never ran");
+    assert_eq!(h.callback.received().len(), 1);
 }

@@ -24,6 +24,10 @@ impl State {
         self.requests.fetch_add(1, Ordering::Relaxed);
     }
 
+    pub(crate) fn is_shutting_down(&self) -> bool {
+        self.links.is_shutting_down()
+    }
+
     pub(crate) fn stats(&self) -> FrontStats {
         FrontStats {
             in_flight: self.running.get(),
