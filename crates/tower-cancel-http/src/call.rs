@@ -109,29 +109,3 @@ pub(crate) fn start<S: RpcService>(
 pub(crate) async fn reply(task: JoinHandle<Option<Response>>) -> Option<Response> {
     task.await.unwrap_or_default()
 }
-
-/// Counts the requests a front end has running (each on its task): zero means nothing of it holds a registry
-/// entry any more.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Running(std::sync::Arc<std::sync::atomic::AtomicUsize>);
-
-impl Running {
-    pub(crate) fn enter(&self) -> RunningGuard {
-        self.0.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        RunningGuard(self.0.clone())
-    }
-
-    pub(crate) fn get(&self) -> usize {
-        self.0.load(std::sync::atomic::Ordering::Acquire)
-    }
-}
-
-/// One running request; dropped when its task ends.
-#[derive(Debug)]
-pub(crate) struct RunningGuard(std::sync::Arc<std::sync::atomic::AtomicUsize>);
-
-impl Drop for RunningGuard {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
-    }
-}

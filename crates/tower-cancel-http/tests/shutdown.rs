@@ -5,7 +5,18 @@
 
 mod support;
 
-use std::time::Duration;
+#[path = "support/abp.rs"]
+// Only its raw peer is used here.
+#[allow(dead_code)]
+mod abp_support;
+
+use std::{
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc, Mutex,
+    },
+    time::Duration,
+};
 
 use http::StatusCode;
 use serde_json::{json, Value};
@@ -14,9 +25,10 @@ use support::{
     rap::{end, result, Harness},
     serve, Probe,
 };
+use tokio::sync::Notify;
 use tower::{service_fn, ServiceBuilder};
-use tower_cancel::CancelStack;
-use tower_cancel_http::{front::Front, JsonRpc, McpHttp};
+use tower_cancel::{BoxError, CancelReason, CancelStack, ErrorObject, Request};
+use tower_cancel_http::{abp::AbpApp, front::Front, JsonRpc, McpHttp};
 
 /// Wait (bounded: a hang guard, never a measure) for the front end to drain, and check that nothing is left.
 async fn drained(front: &Front) {
@@ -198,4 +210,88 @@ async fn rap_answers_its_calls_with_an_error_result_and_refuses_invocations_with
     assert_eq!((stats.accepted, stats.refused, stats.delivered), (1, 1, 1));
     assert_eq!(h.probe.ends().len(), 1, "the late call never ran");
     assert_eq!(h.callback.received().len(), 1);
+}
+
+/// An ABP capability that, once stopped, holds its call open until the test lets it go: the session is still
+/// draining when the late call comes, whatever the time things take.
+#[derive(Clone, Default)]
+struct Held {
+    started: Arc<AtomicUsize>,
+    stopped: Arc<Mutex<Vec<Option<CancelReason>>>>,
+    stop_seen: Arc<Notify>,
+    release: Arc<Notify>,
+}
+
+impl Held {
+    async fn call(self, req: Request) -> Result<Value, BoxError> {
+        self.started.fetch_add(1, Ordering::SeqCst);
+        let ctx = req.context().expect("set by the stack").clone();
+        ctx.token().cancelled().await;
+        self.stopped.lock().unwrap().push(ctx.reason());
+        self.stop_seen.notify_one();
+        self.release.notified().await;
+        Err(ErrorObject::internal_error("stopped").into())
+    }
+}
+
+#[tokio::test]
+async fn abp_answers_its_calls_cancelled_answers_later_calls_the_same_and_closes() {
+    let held = Held::default();
+    let handler = held.clone();
+    // Cooperative, with a grace that never runs out here: the handler decides when its call ends.
+    let stack = ServiceBuilder::new()
+        .layer(CancelStack::abp().cooperative(Duration::from_secs(3600)))
+        .service(service_fn(move |req| handler.clone().call(req)));
+    let app = AbpApp::new(stack).capabilities(["hold"]);
+    let url = format!("ws://{}/abp", serve(app.router()).await);
+    let mut wire = abp_support::Wire::session(&url).await;
+    let first = wire.call("a", "hold", json!({})).await;
+    support::eventually("the call started", || {
+        held.started.load(Ordering::SeqCst) == 1
+    })
+    .await;
+
+    assert_eq!(app.shutdown(), 1, "the one call in flight");
+    tokio::time::timeout(Duration::from_secs(10), held.stop_seen.notified())
+        .await
+        .expect("the handler told to stop");
+    assert_eq!(
+        *held.stopped.lock().unwrap(),
+        [Some(CancelReason::Shutdown)]
+    );
+
+    // The session drains (its call is not answered yet): a call it reads now is answered cancelled at once.
+    let late = wire.call("b", "hold", json!({})).await;
+    let cancelled = |reply: Value| {
+        let payload = &reply["payload"];
+        assert_eq!(reply["type"], "capabilities/call-result", "{reply}");
+        assert_eq!(payload["success"], false, "{reply}");
+        assert_eq!(payload["cancelled"], true, "{reply}");
+        assert_eq!(payload["error"]["code"], "CANCELLED", "{reply}");
+        assert_eq!(payload["error"]["retryable"], true, "{reply}");
+    };
+    cancelled(wire.reply_to(&late).await);
+    assert_eq!(
+        held.started.load(Ordering::SeqCst),
+        1,
+        "the late call never ran"
+    );
+
+    held.release.notify_one();
+    cancelled(wire.reply_to(&first).await);
+    assert!(
+        wire.closed().await,
+        "every call answered: the app closes the session"
+    );
+
+    // No session opens after the shutdown.
+    match tokio_tungstenite::connect_async(&url).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+            assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        }
+        other => panic!("not refused: {:?}", other.map(|_| "a WebSocket")),
+    }
+    drained(&app.front()).await;
+    let stats = app.stats();
+    assert_eq!((stats.sessions, stats.in_flight, stats.calls), (0, 0, 2));
 }

@@ -63,7 +63,7 @@ use self::state::State;
 pub(crate) use self::{
     endpoint::{Endpoint, Protocol, Settings},
     router::mount,
-    running::RunningGuard,
+    running::{Running, RunningGuard},
 };
 pub use self::{
     limits::{DEFAULT_MAX_BODY_BYTES, MAX_ID_BYTES},
