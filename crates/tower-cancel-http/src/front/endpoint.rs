@@ -1,11 +1,14 @@
 //! The one way a front end is built: its service, and what its clones share (the skeleton's [`State`], the
 //! [`Settings`] every front end has, its protocol's own configuration), configured before it is first cloned.
 
-use std::{fmt, sync::Arc};
+use std::sync::Arc;
 
+use axum::body::Body;
+use bytes::Bytes;
 use tower_cancel::{bus::Replica, Scope};
 
 use super::{limits::DEFAULT_MAX_BODY_BYTES, state::State, Core, Front};
+use crate::body::{self, Refused};
 
 /// What a front end's protocol adds to the skeleton's shutdown.
 pub(crate) trait Protocol: Send + Sync + 'static {
@@ -122,6 +125,11 @@ impl<S, C> Endpoint<S, C> {
     pub(crate) fn protocol(&self) -> &C {
         &self.shared.protocol
     }
+
+    /// Read a request's body, at most [`Settings::max_body_bytes`] of it (413 past it).
+    pub(crate) async fn read_body(&self, body: Body) -> Result<Bytes, Refused> {
+        body::read(body, self.shared.settings.max_body_bytes).await
+    }
 }
 
 impl<S: Clone, C> Clone for Endpoint<S, C> {
@@ -130,15 +138,5 @@ impl<S: Clone, C> Clone for Endpoint<S, C> {
             service: self.service.clone(),
             shared: self.shared.clone(),
         }
-    }
-}
-
-impl<S, C> fmt::Debug for Endpoint<S, C> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct(self.shared.name)
-            .field("max_body_bytes", &self.shared.settings.max_body_bytes)
-            .field("replica", &self.shared.settings.replica.is_some())
-            .field("stats", &self.shared.state.stats())
-            .finish_non_exhaustive()
     }
 }

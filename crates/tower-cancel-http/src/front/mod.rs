@@ -2,11 +2,12 @@
 //! [`McpHttp`](crate::McpHttp), [`ToolServer`](crate::rap::ToolServer), [`AbpApp`](crate::abp::AbpApp)): what
 //! they share, so that each keeps only its protocol.
 //!
-//! - **Building.** Each is made with `new(service)` and configured by chained methods before it is first cloned
-//!   (to mount it, or for its [`Front`]): every clone serves the same configuration. The settings they all have:
-//!   `max_body_bytes` ([`DEFAULT_MAX_BODY_BYTES`]; an ABP app's largest WebSocket message), and, for those whose
-//!   scopes outlive a request, the [`Replica`](tower_cancel::bus::Replica) that the scopes are attached to under
-//!   a key every replica shares.
+//! - **Building.** Each is made with `new` over the stack it serves and configured by chained methods before it
+//!   is first cloned (to mount it, or for its [`Front`]; configuring a clone panics): every clone serves the same
+//!   configuration. The settings they all have: the largest body read (`max_body_bytes`,
+//!   [`DEFAULT_MAX_BODY_BYTES`]; an ABP app's `max_message_bytes`, its largest WebSocket message), and, for
+//!   those whose scopes outlive a request (MCP sessions, RAP threads, JSON-RPC principals), the
+//!   [`Replica`](tower_cancel::bus::Replica) those scopes are attached to under a key every replica shares.
 //! - **Mounting.** Each gives an axum `Router` of its endpoints: `router()` at their usual paths, `router_with(auth)`
 //!   with every endpoint that acts behind `auth`, a tower layer (for a shared secret,
 //!   [`require_bearer`](crate::auth::require_bearer)); the one-path front ends also take `router_at(path)`.
@@ -46,6 +47,8 @@
 //! }
 //! ```
 
+// The floor plan: `endpoint` (what a front end is built of, `configure`) stands on `state` (`running`, `links`);
+// `link` and this file (the public handle) on both; `router` and `limits` on nothing of the crate.
 mod endpoint;
 mod limits;
 mod link;

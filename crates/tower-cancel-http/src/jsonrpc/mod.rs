@@ -279,7 +279,7 @@ async fn serve<S: RpcService>(
     if let Err(refused) = body::check_json(&parts.headers) {
         return (refused.status, refused.detail).into_response();
     }
-    let bytes = match body::read(body, endpoint.settings().max_body_bytes).await {
+    let bytes = match endpoint.read_body(body).await {
         Ok(bytes) => bytes,
         Err(refused) => return (refused.status, refused.detail).into_response(),
     };

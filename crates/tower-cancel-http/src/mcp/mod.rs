@@ -372,7 +372,7 @@ impl<S: RpcService> Post<S> {
             )
                 .into_response();
         };
-        let bytes = match body::read(body, self.endpoint.settings().max_body_bytes).await {
+        let bytes = match self.endpoint.read_body(body).await {
             Ok(bytes) => bytes,
             Err(refused) => return (refused.status, refused.detail).into_response(),
         };

@@ -47,7 +47,7 @@ pub(super) async fn invoke<S: RpcService>(
     if let Err(refused) = body::check_json(&parts.headers) {
         return refuse(refused.status, refused.detail.into());
     }
-    let bytes = match body::read(body, server.endpoint.settings().max_body_bytes).await {
+    let bytes = match server.endpoint.read_body(body).await {
         Ok(bytes) => bytes,
         Err(refused) => return refuse(refused.status, refused.detail.into()),
     };
