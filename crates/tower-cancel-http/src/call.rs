@@ -1,5 +1,5 @@
-//! One request handed to the stack, on a task of its own, and the guard that turns a client's hang-up into a
-//! cancel.
+//! One request handed to the stack, on a task of its own, its failure or panic answered as the stack's error layer
+//! answers it.
 //!
 //! The task is what lets a request outlive its HTTP response where a disconnect must not cancel it (MCP
 //! `2025-11-25`): the response only waits for it. Where a disconnect is a cancel, the request's
