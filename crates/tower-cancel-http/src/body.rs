@@ -10,9 +10,6 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use tower_cancel::{message::InvalidMessage, ErrorObject, Message};
 
-/// The largest body read by default: 4 MiB, as the stream transports' frame limit.
-pub const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
-
 /// What a POST carried.
 #[derive(Debug)]
 pub(crate) enum Messages {

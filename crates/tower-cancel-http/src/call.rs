@@ -1,10 +1,11 @@
-//! One request handed to the stack, on a task of its own, and the guard that turns a client's hang-up into a
-//! cancel.
+//! One request handed to the stack, on a task of its own, its failure or panic answered as the stack's error layer
+//! answers it.
 //!
 //! The task is what lets a request outlive its HTTP response where a disconnect must not cancel it (MCP
-//! `2025-11-25`): the response only waits for it. Where a disconnect is a cancel, the [`HangUp`] guard held by
-//! the response cancels the exchange's requests with reason `Disconnect` when the response is dropped unfinished
-//! (hyper drops it when the client goes), and the task then ends as the dialect says.
+//! `2025-11-25`): the response only waits for it. Where a disconnect is a cancel, the request's
+//! [`Link`](crate::front::Link), held by the response, cancels the exchange's requests with reason `Disconnect`
+//! when the response is dropped unfinished (hyper drops it when the client goes), and the task then ends as the
+//! dialect says.
 
 use futures_util::FutureExt;
 use tokio::task::JoinHandle;
@@ -12,7 +13,7 @@ use tower::ServiceExt;
 use tower_cancel::{
     error_map::error_object,
     unwind::{self, CatchUnwind},
-    BoxError, CancelReason, Connection, Panicked, Request, Response,
+    BoxError, Panicked, Request, Response,
 };
 use tower_service::Service;
 
@@ -104,62 +105,4 @@ pub(crate) fn start<S: RpcService>(
 /// The reply of a request's task. A task that was aborted (the runtime is shutting down) has no reply.
 pub(crate) async fn reply(task: JoinHandle<Option<Response>>) -> Option<Response> {
     task.await.unwrap_or_default()
-}
-
-/// Counts the requests a front end has running (each on its task): zero means nothing of it holds a registry
-/// entry any more.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Running(std::sync::Arc<std::sync::atomic::AtomicUsize>);
-
-impl Running {
-    pub(crate) fn enter(&self) -> RunningGuard {
-        self.0.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        RunningGuard(self.0.clone())
-    }
-
-    pub(crate) fn get(&self) -> usize {
-        self.0.load(std::sync::atomic::Ordering::Acquire)
-    }
-}
-
-/// One running request; dropped when its task ends.
-#[derive(Debug)]
-pub(crate) struct RunningGuard(std::sync::Arc<std::sync::atomic::AtomicUsize>);
-
-impl Drop for RunningGuard {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
-    }
-}
-
-/// Held by an HTTP response while it is being produced: when it is dropped, the exchange's requests still in
-/// flight are cancelled with reason `Disconnect` if the client's hang-up counts as a cancel here; otherwise
-/// they run on to their end and their replies are dropped.
-#[derive(Debug)]
-pub(crate) struct HangUp {
-    exchange: Connection,
-    cancels: bool,
-}
-
-impl HangUp {
-    pub(crate) fn new(exchange: Connection, cancels: bool) -> Self {
-        Self { exchange, cancels }
-    }
-}
-
-impl Drop for HangUp {
-    fn drop(&mut self) {
-        if self.cancels {
-            // Also when nothing is registered yet: a request whose task has not started starts out cancelled.
-            let cancelled = self.exchange.close(CancelReason::Disconnect);
-            if cancelled > 0 {
-                tracing::debug!(cancelled, "the client hung up: its requests are cancelled");
-            }
-        } else if self.exchange.in_flight() > 0 {
-            tracing::debug!(
-                running = self.exchange.in_flight(),
-                "the client hung up: its requests run on (a disconnect is not a cancel here)"
-            );
-        }
-    }
 }

@@ -135,21 +135,27 @@ impl<K: Eq + Hash + Clone + Send + 'static, V: Scoped> Scopes<K, V> {
         Some(entry.value)
     }
 
+    /// Take every entry out of the table and cancel what is in flight in their scopes with `reason` (a shutdown).
+    pub(crate) fn remove_all(&self, reason: CancelReason) {
+        let entries: Vec<Entry<V>> = self
+            .lock()
+            .entries
+            .drain()
+            .map(|(_, entry)| entry)
+            .collect();
+        for entry in entries {
+            entry.value.scope().refuse_new(reason.clone());
+            entry.value.scope().close(reason.clone());
+            entry.value.closed();
+        }
+    }
+
     /// The entry of `key`, if there is one, without leasing it.
     pub(crate) fn get(&self, key: &K) -> Option<Arc<V>> {
         self.lock()
             .entries
             .get(key)
             .map(|entry| entry.value.clone())
-    }
-
-    /// Every entry now (for a shutdown that reaches them all).
-    pub(crate) fn values(&self) -> Vec<Arc<V>> {
-        self.lock()
-            .entries
-            .values()
-            .map(|entry| entry.value.clone())
-            .collect()
     }
 
     /// How many entries the table holds.

@@ -97,8 +97,8 @@ impl Envelope {
     }
 }
 
-/// The longest envelope id or `callId` taken, in bytes: ids are the peer's, kept in tables.
-pub const MAX_ID_BYTES: usize = 256;
+/// The longest envelope id or `callId` taken, in bytes (the crate's one bound on a peer's ids).
+pub use crate::front::MAX_ID_BYTES;
 
 /// Unix milliseconds now.
 pub fn now_millis() -> u64 {

@@ -47,6 +47,10 @@
 //!   another principal's; a cancel that arrives before its request is remembered for a while.
 //! - A timeout of the stack, a panic, a readiness failure: answered as over any transport.
 //!
+//! - **A shutdown** ([`JsonRpc::shutdown`]): every request in flight is cancelled with reason `Shutdown` and
+//!   answered as the stack's dialect answers that (LSP and ACP: -32800); a request POSTed after it never runs
+//!   and gets the same reply.
+//!
 //! The HTTP request's extensions (a principal, for one) are copied into each JSON-RPC request's extensions,
 //! with the request's headers (`http::HeaderMap`), for the handler to read.
 
@@ -57,7 +61,6 @@ use std::{
     fmt,
     future::Future,
     pin::Pin,
-    sync::Arc,
     task::{Context, Poll},
     time::Duration,
 };
@@ -65,15 +68,19 @@ use std::{
 use axum::{
     body::Body,
     response::{IntoResponse, Response as HttpResponse},
+    routing::{any_service, Route},
+    Router,
 };
 use http::{header, HeaderValue, Method, StatusCode};
+use tower::Layer;
 use tower_cancel::{bus::Replica, Incoming, Outbox, Response, Scope};
 use tower_service::Service;
 
 use self::principal::{PrincipalScopes, Principals};
 use crate::{
-    body::{self, Messages, DEFAULT_MAX_BODY_BYTES},
-    call::{self, HangUp, RpcService, Running},
+    body::{self, Messages},
+    call::{self, RpcService},
+    front::{self, Endpoint, Front, FrontStats, OnHangUp, Protocol, Settings},
 };
 
 /// How long a principal's scope is kept after its last request ended (for cancels that come late or early).
@@ -82,43 +89,39 @@ pub const DEFAULT_PRINCIPAL_LINGER: Duration = Duration::from_secs(60);
 /// Serves a JSON-RPC service over HTTP POST, turning a client's hang-up into a cancel. See the
 /// [module docs](self).
 pub struct JsonRpc<S> {
-    service: S,
-    config: Arc<Config>,
+    endpoint: Endpoint<S, Config>,
 }
 
+/// The protocol's own configuration; the skeleton has the rest.
 struct Config {
-    running: Running,
     cancel_on_disconnect: bool,
-    max_body_bytes: usize,
     principals: Option<Box<dyn Principals>>,
 }
 
+impl Protocol for Config {}
+
 impl<S> JsonRpc<S> {
     /// Serve `service`: each POST a scope of its own, a hang-up a cancel, bodies up to
-    /// [`DEFAULT_MAX_BODY_BYTES`].
+    /// [`DEFAULT_MAX_BODY_BYTES`](crate::DEFAULT_MAX_BODY_BYTES).
     pub fn new(service: S) -> Self {
+        let config = Config {
+            cancel_on_disconnect: true,
+            principals: None,
+        };
         Self {
-            service,
-            config: Arc::new(Config {
-                running: Running::default(),
-                cancel_on_disconnect: true,
-                max_body_bytes: DEFAULT_MAX_BODY_BYTES,
-                principals: None,
-            }),
+            endpoint: Endpoint::new("JsonRpc", service, Settings::default(), config),
         }
     }
 
     /// Whether a client that hangs up before its reply cancels its requests (reason `Disconnect`). On by
     /// default; off, they run to their end and their replies are dropped.
-    pub fn cancel_on_disconnect(mut self, cancels: bool) -> Self {
-        self.config_mut().cancel_on_disconnect = cancels;
-        self
+    pub fn cancel_on_disconnect(self, cancels: bool) -> Self {
+        self.configure(|_, config| config.cancel_on_disconnect = cancels)
     }
 
     /// The largest body accepted (413 above it).
-    pub fn max_body_bytes(mut self, bytes: usize) -> Self {
-        self.config_mut().max_body_bytes = bytes;
-        self
+    pub fn max_body_bytes(self, bytes: usize) -> Self {
+        self.configure(|settings, _| settings.max_body_bytes = bytes)
     }
 
     /// Scope cancels by principal: the POSTs whose HTTP request carries the same `P` in its extensions (put
@@ -135,62 +138,111 @@ impl<S> JsonRpc<S> {
 
     /// [`scope_by_principal`](Self::scope_by_principal) with how long an idle principal's scope is kept and
     /// how many principals' scopes are kept at most (a POST of a principal beyond them gets 503).
-    pub fn scope_by_principal_with<P>(mut self, linger: Duration, max_principals: usize) -> Self
+    pub fn scope_by_principal_with<P>(self, linger: Duration, max_principals: usize) -> Self
     where
         P: Clone + Eq + std::hash::Hash + Send + Sync + 'static,
     {
-        self.config_mut().principals =
-            Some(Box::new(PrincipalScopes::<P>::new(linger, max_principals)));
-        self
+        let principals = PrincipalScopes::<P>::new(linger, max_principals);
+        self.configure(|_, config| config.principals = Some(Box::new(principals)))
     }
 
     /// [`scope_by_principal`](Self::scope_by_principal) as one replica of several sharing `replica`'s bus (over
     /// Redis: `tower-cancel-redis`): each principal's scope is attached under the key
     /// `jsonrpc:principal:<principal>` (its `Display`), so a cancel a principal POSTs to this replica for a request
     /// running on another reaches it there. The principal is named as the canceller.
-    pub fn scope_by_principal_on<P>(mut self, replica: Replica) -> Self
+    pub fn scope_by_principal_on<P>(self, replica: Replica) -> Self
     where
         P: Clone + Eq + std::hash::Hash + std::fmt::Display + Send + Sync + 'static,
     {
-        self.config_mut().principals = Some(Box::new(PrincipalScopes::<P>::on_replica(
-            DEFAULT_PRINCIPAL_LINGER,
-            100_000,
-            replica,
-        )));
-        self
+        let principals = PrincipalScopes::<P>::named(DEFAULT_PRINCIPAL_LINGER, 100_000);
+        self.configure(|settings, config| {
+            settings.replica = Some(replica);
+            config.principals = Some(Box::new(principals));
+        })
     }
 
     /// How many requests are running now, over every POST (each runs on a task of its own until it is settled).
     /// Zero means no request of this endpoint holds a registry entry.
     pub fn in_flight(&self) -> usize {
-        self.config.running.get()
+        self.endpoint.state().running.get()
+    }
+
+    /// The counters (see [`FrontStats`]).
+    pub fn stats(&self) -> FrontStats {
+        self.endpoint.state().stats()
+    }
+
+    /// Shut down: every request in flight is cancelled with reason `Shutdown` and answered as the stack's dialect
+    /// answers that (LSP, ACP: -32800), and every request POSTed from now on gets the same reply without running.
+    /// Returns how many requests this cancelled. [`drained`](Self::drained) waits for their replies.
+    pub fn shutdown(&self) -> usize {
+        self.endpoint.front().shutdown()
+    }
+
+    /// Resolves once no request runs and no POST is being answered (see [`Front::drained`]).
+    pub fn drained(&self) -> impl Future<Output = ()> + Send + 'static {
+        self.endpoint.front().drained()
+    }
+
+    /// The skeleton's handle on this endpoint (its stats, its shutdown), for code that treats every front end
+    /// alike.
+    pub fn front(&self) -> Front {
+        self.endpoint.front()
     }
 
     /// The service served.
     pub fn get_ref(&self) -> &S {
-        &self.service
+        &self.endpoint.service
     }
 
-    fn config_mut(&mut self) -> &mut Config {
-        Arc::get_mut(&mut self.config).expect("configured before it is cloned")
+    fn configure(self, change: impl FnOnce(&mut Settings, &mut Config)) -> Self {
+        Self {
+            endpoint: self.endpoint.configure(change),
+        }
+    }
+}
+
+impl<S: RpcService> JsonRpc<S> {
+    /// A `Router` serving JSON-RPC at `/rpc` (merge it into yours, or nest it).
+    pub fn router(&self) -> Router {
+        self.router_at("/rpc")
+    }
+
+    /// A `Router` serving JSON-RPC at `path`.
+    pub fn router_at(&self, path: &str) -> Router {
+        Router::new().route(path, any_service(self.clone()))
+    }
+
+    /// [`router`](Self::router), behind `auth` (an authentication layer: 401 for a stranger, whose POST is never
+    /// read). A principal it puts in the request's extensions is what
+    /// [`scope_by_principal`](Self::scope_by_principal) scopes by.
+    pub fn router_with<L>(&self, auth: L) -> Router
+    where
+        L: Layer<Route> + Clone + Send + Sync + 'static,
+        L::Service: Service<http::Request<Body>> + Clone + Send + Sync + 'static,
+        <L::Service as Service<http::Request<Body>>>::Response: IntoResponse + 'static,
+        <L::Service as Service<http::Request<Body>>>::Error: Into<Infallible> + 'static,
+        <L::Service as Service<http::Request<Body>>>::Future: Send + 'static,
+    {
+        front::mount(self.router(), Router::new(), auth)
     }
 }
 
 impl<S: Clone> Clone for JsonRpc<S> {
     fn clone(&self) -> Self {
         Self {
-            service: self.service.clone(),
-            config: self.config.clone(),
+            endpoint: self.endpoint.clone(),
         }
     }
 }
 
 impl<S> fmt::Debug for JsonRpc<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let config = self.endpoint.protocol();
         f.debug_struct("JsonRpc")
-            .field("cancel_on_disconnect", &self.config.cancel_on_disconnect)
-            .field("max_body_bytes", &self.config.max_body_bytes)
-            .field("by_principal", &self.config.principals.is_some())
+            .field("cancel_on_disconnect", &config.cancel_on_disconnect)
+            .field("max_body_bytes", &self.endpoint.settings().max_body_bytes)
+            .field("by_principal", &config.principals.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -206,17 +258,16 @@ impl<S: RpcService> Service<http::Request<Body>> for JsonRpc<S> {
     }
 
     fn call(&mut self, request: http::Request<Body>) -> Self::Future {
-        let service = self.service.clone();
-        let config = self.config.clone();
-        Box::pin(async move { Ok(serve(service, &config, request).await) })
+        let endpoint = self.endpoint.clone();
+        Box::pin(async move { Ok(serve(endpoint, request).await) })
     }
 }
 
 async fn serve<S: RpcService>(
-    service: S,
-    config: &Config,
+    endpoint: Endpoint<S, Config>,
     request: http::Request<Body>,
 ) -> HttpResponse {
+    let config = endpoint.protocol();
     let (parts, body) = request.into_parts();
     if parts.method != Method::POST {
         return (
@@ -228,14 +279,14 @@ async fn serve<S: RpcService>(
     if let Err(refused) = body::check_json(&parts.headers) {
         return (refused.status, refused.detail).into_response();
     }
-    let bytes = match body::read(body, config.max_body_bytes).await {
+    let bytes = match endpoint.read_body(body).await {
         Ok(bytes) => bytes,
         Err(refused) => return (refused.status, refused.detail).into_response(),
     };
     let principal = config
         .principals
         .as_ref()
-        .and_then(|principals| principals.lease(&parts.extensions));
+        .and_then(|principals| principals.lease(&parts.extensions, endpoint.settings()));
     let (scope, lease) = match principal {
         Some(Ok((scope, lease))) => (scope, Some(lease)),
         Some(Err(_full)) => {
@@ -243,11 +294,14 @@ async fn serve<S: RpcService>(
         }
         None => (Scope::new(), None),
     };
-    let lease: Option<Arc<dyn Send + Sync>> = lease.map(Arc::from);
+    let lease: Option<std::sync::Arc<dyn Send + Sync>> = lease.map(std::sync::Arc::from);
 
     // Nothing but the replies goes back over plain HTTP (no progress, no requests of the server's own).
-    let exchange = scope.exchange(Outbox::closed());
-    let _hang_up = HangUp::new(exchange.clone(), config.cancel_on_disconnect);
+    let front = endpoint.front();
+    let link = front.link(
+        scope.exchange(Outbox::closed()),
+        OnHangUp::cancel_if(config.cancel_on_disconnect),
+    );
     let (batch, messages) = match body::parse(&bytes, true) {
         Messages::One(message) => (false, vec![message]),
         Messages::Batch(messages) => (true, messages),
@@ -261,12 +315,9 @@ async fn serve<S: RpcService>(
                 continue;
             }
         };
-        match exchange.receive(message) {
-            Incoming::Request(mut request) => {
-                *request.extensions_mut() = parts.extensions.clone();
-                request.extensions_mut().insert(parts.headers.clone());
-                let hold = (lease.clone(), config.running.enter());
-                let task = call::spawn(service.clone(), request, hold);
+        match link.receive(message, Some(&parts)) {
+            Incoming::Request(request) => {
+                let task = front.spawn(endpoint.service.clone(), request, lease.clone());
                 replies.push(Reply::Later(task));
             }
             // A reply from the client: over plain HTTP the server never sends requests, so it answers nothing.
@@ -281,6 +332,8 @@ async fn serve<S: RpcService>(
         };
         answered.extend(reply);
     }
+    // The link is the client's hang-up until here (see `OnHangUp`).
+    drop(link);
     match (batch, answered.len()) {
         (_, 0) => StatusCode::NO_CONTENT.into_response(),
         (false, _) => body::json_response(StatusCode::OK, &answered[0]),

@@ -2,57 +2,73 @@
 
 use std::{fmt, hash::Hash, time::Duration};
 
-use tower_cancel::{bus::Replica, Scope};
+use tower_cancel::Scope;
 
-use crate::scopes::{Full, Scopes};
+use crate::{
+    front::Settings,
+    scopes::{Full, Scopes},
+};
 
 /// A principal's scope and the lease that keeps it while a request uses it.
 pub(super) type Leased = (Scope, Box<dyn Send + Sync>);
 
 /// The table of principals' scopes, with the principal's type erased.
 pub(super) trait Principals: Send + Sync + 'static {
-    /// The scope of the principal in `extensions`, if there is one.
-    fn lease(&self, extensions: &http::Extensions) -> Option<Result<Leased, Full>>;
+    /// The scope of the principal in `extensions`, if there is one; a new one is attached to the settings'
+    /// replica when the principal can be named.
+    fn lease(
+        &self,
+        extensions: &http::Extensions,
+        settings: &Settings,
+    ) -> Option<Result<Leased, Full>>;
 }
 
 pub(super) struct PrincipalScopes<P> {
     scopes: Scopes<P, Scope>,
-    // Makes a principal's scope: a plain one, or one attached to a replica under the principal's key.
-    make: Box<dyn Fn(&P) -> Scope + Send + Sync>,
+    // How a principal is named in its scope's replica key and as its cancels' owner (its `Display`); none for a
+    // principal that cannot be written, whose scope stays on this replica.
+    name: Option<fn(&P) -> String>,
 }
 
 impl<P: Clone + Eq + Hash + Send + Sync + 'static> PrincipalScopes<P> {
     pub(super) fn new(linger: Duration, max: usize) -> Self {
         Self {
             scopes: Scopes::new(linger, max),
-            make: Box::new(|_| Scope::new()),
+            name: None,
         }
     }
 
-    /// The same, each principal's scope attached to `replica` under the key `jsonrpc:principal:<principal>`.
-    pub(super) fn on_replica(linger: Duration, max: usize, replica: Replica) -> Self
+    /// The same, each principal's scope attached to the replica (if any) under the key
+    /// `jsonrpc:principal:<principal>`.
+    pub(super) fn named(linger: Duration, max: usize) -> Self
     where
         P: fmt::Display,
     {
         Self {
             scopes: Scopes::new(linger, max),
-            make: Box::new(move |principal| {
-                replica.scope_owned(
-                    format!("jsonrpc:principal:{principal}"),
-                    Some(principal.to_string()),
-                    Scope::new(),
-                )
-            }),
+            name: Some(|principal| principal.to_string()),
         }
     }
 }
 
 impl<P: Clone + Eq + Hash + Send + Sync + 'static> Principals for PrincipalScopes<P> {
-    fn lease(&self, extensions: &http::Extensions) -> Option<Result<Leased, Full>> {
+    fn lease(
+        &self,
+        extensions: &http::Extensions,
+        settings: &Settings,
+    ) -> Option<Result<Leased, Full>> {
         let principal = extensions.get::<P>()?;
+        let make = || match self.name {
+            Some(name) => {
+                let name = name(principal);
+                let key = || format!("jsonrpc:principal:{name}");
+                settings.attach(key, Some(name.clone()), Scope::new())
+            }
+            None => Scope::new(),
+        };
         Some(
             self.scopes
-                .lease_or_insert(principal.clone(), || (self.make)(principal))
+                .lease_or_insert(principal.clone(), make)
                 .map(|lease| ((*lease).clone(), Box::new(lease) as Box<dyn Send + Sync>)),
         )
     }

@@ -66,6 +66,13 @@
 //!
 //! Both revisions check `Origin` ([`Origins`]; 403), refuse a body over the limit (413) and a content type that
 //! is not JSON (415), and answer a body that is not a JSON-RPC message with 400 and its error.
+//!
+//! # Shutdown
+//!
+//! [`McpHttp::shutdown`] cancels every request in flight with reason `Shutdown`: each is answered -32603 (the
+//! client is still waiting), as JSON or at the end of its stream. Every session is ended, so a later POST in one
+//! gets 404, as the session revision says of a session the server ended, and a new `initialize` gets 503. A
+//! stateless request that comes after never runs and is answered -32603 the same way.
 
 mod origin;
 mod reply;
@@ -85,10 +92,14 @@ use std::{
 use axum::{
     body::Body,
     response::{IntoResponse, Response as HttpResponse},
+    routing::{any_service, Route},
+    Router,
 };
 use http::{header, request::Parts, HeaderMap, HeaderValue, Method, StatusCode};
+use tower::Layer;
 use tower_cancel::{
-    bus::Replica, dialect::Mcp, ErrorObject, Incoming, Message, Outbox, Request, Response, Scope,
+    bus::Replica, dialect::Mcp, CancelReason, ErrorObject, Incoming, Message, Outbox, Request,
+    Response, Scope,
 };
 use tower_service::Service;
 
@@ -100,15 +111,15 @@ pub use self::{
     },
 };
 use self::{
-    reply::{Pending, Shape},
+    reply::{Responding, Shape},
     revision::{Refusal, Spoken, PROTOCOL_VERSION},
     session::Sessions,
 };
 use crate::{
-    body::{self, Messages, DEFAULT_MAX_BODY_BYTES},
-    call::{self, HangUp, RpcService, Running},
+    body::{self, Messages},
+    call::{self, RpcService},
+    front::{self, Endpoint, Front, FrontStats, OnHangUp, Protocol, Settings},
     scopes::Scoped,
-    Connection,
 };
 
 /// The session header of the `2025-11-25` revision.
@@ -122,69 +133,64 @@ pub const DEFAULT_MAX_SESSIONS: usize = 10_000;
 
 /// Serves MCP over Streamable HTTP, both revisions. See the [module docs](self).
 pub struct McpHttp<S> {
-    service: S,
-    config: Arc<Config>,
+    endpoint: Endpoint<S, Config>,
 }
 
+/// The protocol's own configuration; the skeleton has the rest.
 struct Config {
-    running: Running,
     sessions: Sessions,
-    // Set when the server is one replica of several: its sessions' cancels that miss go to the others.
-    replica: Option<Replica>,
     origins: Origins,
     cancel_in_sessions: bool,
     keep_alive: Duration,
-    max_body_bytes: usize,
+}
+
+impl Protocol for Config {
+    fn shut_down(&self) {
+        // The server ends its sessions: a later POST in one gets 404, as the revision says.
+        self.sessions.close_all(CancelReason::Shutdown);
+    }
 }
 
 impl<S> McpHttp<S> {
     /// Serve `service` (an MCP stack): loopback origins, a hang-up a cancel only where the revision says so,
     /// keep-alive every [`DEFAULT_KEEP_ALIVE`], sessions idle for [`DEFAULT_SESSION_IDLE`] dropped.
     pub fn new(service: S) -> Self {
+        let config = Config {
+            sessions: Sessions::new(DEFAULT_SESSION_IDLE, DEFAULT_MAX_SESSIONS),
+            origins: Origins::default(),
+            cancel_in_sessions: false,
+            keep_alive: DEFAULT_KEEP_ALIVE,
+        };
         Self {
-            service,
-            config: Arc::new(Config {
-                running: Running::default(),
-                sessions: Sessions::new(DEFAULT_SESSION_IDLE, DEFAULT_MAX_SESSIONS),
-                replica: None,
-                origins: Origins::default(),
-                cancel_in_sessions: false,
-                keep_alive: DEFAULT_KEEP_ALIVE,
-                max_body_bytes: DEFAULT_MAX_BODY_BYTES,
-            }),
+            endpoint: Endpoint::new("McpHttp", service, Settings::default(), config),
         }
     }
 
     /// Which `Origin`s may call (403 for others).
-    pub fn origins(mut self, origins: Origins) -> Self {
-        self.config_mut().origins = origins;
-        self
+    pub fn origins(self, origins: Origins) -> Self {
+        self.configure(|_, config| config.origins = origins)
     }
 
     /// Whether a client that hangs up cancels its request in the session revision too (off by default: that
     /// revision says a disconnect SHOULD NOT be read as a cancel). In the stateless revision it always does.
-    pub fn cancel_on_disconnect_in_sessions(mut self, cancels: bool) -> Self {
-        self.config_mut().cancel_in_sessions = cancels;
-        self
+    pub fn cancel_on_disconnect_in_sessions(self, cancels: bool) -> Self {
+        self.configure(|_, config| config.cancel_in_sessions = cancels)
     }
 
     /// How long a request may stay quiet before its response becomes an SSE stream, and the interval of the
     /// stream's keep-alive comment lines.
-    pub fn keep_alive(mut self, interval: Duration) -> Self {
-        self.config_mut().keep_alive = interval;
-        self
+    pub fn keep_alive(self, interval: Duration) -> Self {
+        self.configure(|_, config| config.keep_alive = interval)
     }
 
     /// The largest body accepted (413 above it).
-    pub fn max_body_bytes(mut self, bytes: usize) -> Self {
-        self.config_mut().max_body_bytes = bytes;
-        self
+    pub fn max_body_bytes(self, bytes: usize) -> Self {
+        self.configure(|settings, _| settings.max_body_bytes = bytes)
     }
 
     /// How long a session with no request is kept, and how many sessions are kept at most.
-    pub fn session_limits(mut self, idle: Duration, max_sessions: usize) -> Self {
-        self.config_mut().sessions = Sessions::new(idle, max_sessions);
-        self
+    pub fn session_limits(self, idle: Duration, max_sessions: usize) -> Self {
+        self.configure(|_, config| config.sessions = Sessions::new(idle, max_sessions))
     }
 
     /// Run as one replica of several behind a load balancer, sharing `replica`'s bus (over Redis:
@@ -194,51 +200,99 @@ impl<S> McpHttp<S> {
     /// running the request stops it as if the cancel had been POSTed to it. Any other POST naming a session this
     /// replica does not hold gets 404, as without replicas. Each session's scope is attached under the key
     /// `mcp:session:<id>`. The stateless revision needs nothing: there, closing the stream is the cancel.
-    pub fn replica(mut self, replica: Replica) -> Self {
-        self.config_mut().replica = Some(replica);
-        self
+    pub fn replica(self, replica: Replica) -> Self {
+        self.configure(|settings, _| settings.replica = Some(replica))
     }
 
     /// How many requests are running now, over every session and stateless POST. Zero means no request of this
     /// endpoint holds a registry entry.
     pub fn in_flight(&self) -> usize {
-        self.config.running.get()
+        self.endpoint.state().running.get()
     }
 
     /// How many sessions are open.
     pub fn sessions(&self) -> usize {
-        self.config.sessions.len()
+        self.endpoint.protocol().sessions.len()
+    }
+
+    /// The counters (see [`FrontStats`]); [`sessions`](Self::sessions) is this front end's own.
+    pub fn stats(&self) -> FrontStats {
+        self.endpoint.state().stats()
+    }
+
+    /// Shut down (see [the module docs](self#shutdown)): every request in flight is cancelled with reason
+    /// `Shutdown` and answered -32603, every session is ended, and new requests are refused. Returns how many
+    /// requests this cancelled. [`drained`](Self::drained) waits for their answers.
+    pub fn shutdown(&self) -> usize {
+        self.endpoint.front().shutdown()
+    }
+
+    /// Resolves once no request runs and no POST is being answered (see [`Front::drained`]).
+    pub fn drained(&self) -> impl Future<Output = ()> + Send + 'static {
+        self.endpoint.front().drained()
+    }
+
+    /// The skeleton's handle on this endpoint (its stats, its shutdown), for code that treats every front end
+    /// alike.
+    pub fn front(&self) -> Front {
+        self.endpoint.front()
     }
 
     /// The service served.
     pub fn get_ref(&self) -> &S {
-        &self.service
+        &self.endpoint.service
     }
 
-    fn config_mut(&mut self) -> &mut Config {
-        Arc::get_mut(&mut self.config).expect("configured before it is cloned")
+    fn configure(self, change: impl FnOnce(&mut Settings, &mut Config)) -> Self {
+        Self {
+            endpoint: self.endpoint.configure(change),
+        }
+    }
+}
+
+impl<S: RpcService> McpHttp<S> {
+    /// A `Router` serving MCP at `/mcp` (merge it into yours, or nest it).
+    pub fn router(&self) -> Router {
+        self.router_at("/mcp")
+    }
+
+    /// A `Router` serving MCP at `path` (POST, and DELETE for sessions; other methods get 405).
+    pub fn router_at(&self, path: &str) -> Router {
+        Router::new().route(path, any_service(self.clone()))
+    }
+
+    /// [`router`](Self::router), behind `auth` (an authentication layer: 401 for a stranger).
+    pub fn router_with<L>(&self, auth: L) -> Router
+    where
+        L: Layer<Route> + Clone + Send + Sync + 'static,
+        L::Service: Service<http::Request<Body>> + Clone + Send + Sync + 'static,
+        <L::Service as Service<http::Request<Body>>>::Response: IntoResponse + 'static,
+        <L::Service as Service<http::Request<Body>>>::Error: Into<Infallible> + 'static,
+        <L::Service as Service<http::Request<Body>>>::Future: Send + 'static,
+    {
+        front::mount(self.router(), Router::new(), auth)
     }
 }
 
 impl<S: Clone> Clone for McpHttp<S> {
     fn clone(&self) -> Self {
         Self {
-            service: self.service.clone(),
-            config: self.config.clone(),
+            endpoint: self.endpoint.clone(),
         }
     }
 }
 
 impl<S> fmt::Debug for McpHttp<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let config = self.endpoint.protocol();
         f.debug_struct("McpHttp")
-            .field("origins", &self.config.origins)
+            .field("origins", &config.origins)
             .field(
                 "cancel_on_disconnect_in_sessions",
-                &self.config.cancel_in_sessions,
+                &config.cancel_in_sessions,
             )
-            .field("keep_alive", &self.config.keep_alive)
-            .field("sessions", &self.config.sessions.len())
+            .field("keep_alive", &config.keep_alive)
+            .field("sessions", &config.sessions.len())
             .finish_non_exhaustive()
     }
 }
@@ -253,24 +307,28 @@ impl<S: RpcService> Service<http::Request<Body>> for McpHttp<S> {
     }
 
     fn call(&mut self, request: http::Request<Body>) -> Self::Future {
-        let endpoint = Endpoint {
-            service: self.service.clone(),
-            config: self.config.clone(),
+        let post = Post {
+            front: self.endpoint.front(),
+            endpoint: self.endpoint.clone(),
         };
-        Box::pin(async move { Ok(endpoint.serve(request).await) })
+        Box::pin(async move { Ok(post.serve(request).await) })
     }
 }
 
 /// One HTTP request's view of the endpoint.
-struct Endpoint<S> {
-    service: S,
-    config: Arc<Config>,
+struct Post<S> {
+    endpoint: Endpoint<S, Config>,
+    front: Front,
 }
 
-impl<S: RpcService> Endpoint<S> {
+impl<S: RpcService> Post<S> {
+    fn config(&self) -> &Config {
+        self.endpoint.protocol()
+    }
+
     async fn serve(self, request: http::Request<Body>) -> HttpResponse {
         let (parts, body) = request.into_parts();
-        if !self.config.origins.allows(&parts.headers) {
+        if !self.config().origins.allows(&parts.headers) {
             tracing::debug!(origin = ?parts.headers.get(header::ORIGIN), "origin refused");
             return error(
                 StatusCode::FORBIDDEN,
@@ -295,11 +353,7 @@ impl<S: RpcService> Endpoint<S> {
             .get(SESSION_ID)
             .and_then(|v| v.to_str().ok())
             .unwrap_or_default();
-        if self
-            .config
-            .sessions
-            .close(id, tower_cancel::CancelReason::Disconnect)
-        {
+        if self.config().sessions.close(id, CancelReason::Disconnect) {
             tracing::debug!(session = id, "session ended by the client");
             StatusCode::OK.into_response()
         } else {
@@ -318,7 +372,7 @@ impl<S: RpcService> Endpoint<S> {
             )
                 .into_response();
         };
-        let bytes = match body::read(body, self.config.max_body_bytes).await {
+        let bytes = match self.endpoint.read_body(body).await {
             Ok(bytes) => bytes,
             Err(refused) => return (refused.status, refused.detail).into_response(),
         };
@@ -355,28 +409,27 @@ impl<S: RpcService> Endpoint<S> {
         // Each stateless request is a scope of its own: nothing else can name it, and its stream is its cancel.
         let scope = Scope::with_dialect(Mcp);
         let (outbox, receiver) = Outbox::new();
-        let exchange = scope.exchange(outbox);
-        let Some(request) = self.prepare(&exchange, request, &parts, revision) else {
-            return StatusCode::ACCEPTED.into_response();
+        let link = self.front.link(scope.exchange(outbox), OnHangUp::Cancel);
+        let request = match link.receive(Message::Request(request), Some(&parts)) {
+            Incoming::Request(request) => with_revision(request, revision),
+            Incoming::Response(_) | Incoming::Consumed => {
+                return StatusCode::ACCEPTED.into_response()
+            }
         };
-        if request.is_notification() {
-            call::reply(call::spawn(
-                self.service.clone(),
-                request,
-                self.config.running.enter(),
-            ))
-            .await;
+        let notification = request.is_notification();
+        let task = self.front.spawn(self.endpoint.service.clone(), request, ());
+        if notification {
+            call::reply(task).await;
             return StatusCode::ACCEPTED.into_response();
         }
-        let task = call::spawn(self.service.clone(), request, self.config.running.enter());
-        let pending = Pending {
+        let responding = Responding {
             receiver,
             task,
-            hang_up: HangUp::new(exchange, true),
+            link,
             hold: (),
         };
         reply::respond(
-            pending,
+            responding,
             self.shape(sse, revision::stateless_status, HeaderMap::new()),
         )
         .await
@@ -409,8 +462,8 @@ impl<S: RpcService> Endpoint<S> {
                 ),
             ),
             Some(session_id) => {
-                let Some(session) = self.config.sessions.get(&session_id) else {
-                    if let Some(replica) = self.config.replica.clone() {
+                let Some(session) = self.config().sessions.get(&session_id) else {
+                    if let Some(replica) = self.endpoint.settings().replica.clone() {
                         if is_cancel(&message) {
                             return self.cancel_elsewhere(&replica, &session_id, message).await;
                         }
@@ -419,33 +472,37 @@ impl<S: RpcService> Endpoint<S> {
                 };
                 let session = Arc::new(session);
                 let (outbox, receiver) = Outbox::new();
-                let exchange = session.scope().exchange(outbox);
+                let link = self.front.link(
+                    session.scope().exchange(outbox),
+                    OnHangUp::cancel_if(self.config().cancel_in_sessions),
+                );
                 let revision = Revision::Session {
                     id: Some(session_id),
                     version: header_text(&parts.headers, PROTOCOL_VERSION),
                 };
-                let request = match exchange.receive(message) {
-                    Incoming::Request(request) => request,
+                let request = match link.receive(message, Some(&parts)) {
+                    Incoming::Request(request) => with_revision(request, revision),
                     // A reply to a request of this side's, or a progress report: taken.
                     Incoming::Response(_) | Incoming::Consumed => {
                         return StatusCode::ACCEPTED.into_response()
                     }
                 };
-                let request = with_http(request, &parts, revision);
-                let hold = (session.clone(), self.config.running.enter());
-                if request.is_notification() {
-                    call::reply(call::spawn(self.service.clone(), request, hold)).await;
+                let notification = request.is_notification();
+                let task =
+                    self.front
+                        .spawn(self.endpoint.service.clone(), request, session.clone());
+                if notification {
+                    call::reply(task).await;
                     return StatusCode::ACCEPTED.into_response();
                 }
-                let task = call::spawn(self.service.clone(), request, hold);
-                let pending = Pending {
+                let responding = Responding {
                     receiver,
                     task,
-                    hang_up: HangUp::new(exchange, self.config.cancel_in_sessions),
+                    link,
                     hold: session,
                 };
                 reply::respond(
-                    pending,
+                    responding,
                     self.shape(sse, |_| StatusCode::OK, HeaderMap::new()),
                 )
                 .await
@@ -463,10 +520,11 @@ impl<S: RpcService> Endpoint<S> {
         message: Message,
     ) -> HttpResponse {
         let scope = replica.forwarding(session::replica_key(session_id), Scope::with_dialect(Mcp));
-        let exchange = scope.exchange(Outbox::closed());
-        if let Incoming::Request(request) = exchange.receive(message) {
-            let hold = self.config.running.enter();
-            call::reply(call::spawn(self.service.clone(), request, hold)).await;
+        let link = self
+            .front
+            .link(scope.exchange(Outbox::closed()), OnHangUp::RunOn);
+        if let Incoming::Request(request) = link.receive(message, None) {
+            call::reply(self.front.spawn(self.endpoint.service.clone(), request, ())).await;
         }
         tracing::debug!(session = %session_id, "cancel for a session of another replica: handed to the bus");
         StatusCode::ACCEPTED.into_response()
@@ -474,27 +532,37 @@ impl<S: RpcService> Endpoint<S> {
 
     /// An `initialize` without a session: a session is opened for it, and kept if it succeeds.
     async fn initialize(self, parts: Parts, message: Message) -> HttpResponse {
-        let Ok(session) = self.config.sessions.open(self.config.replica.as_ref()) else {
+        let sessions = &self.config().sessions;
+        let Ok(session) = sessions.open(self.endpoint.settings()) else {
             tracing::warn!("too many sessions: initialize refused");
             return (StatusCode::SERVICE_UNAVAILABLE, "too many sessions").into_response();
         };
         let session_id = session.key().clone();
-        let exchange = session.scope().exchange(Outbox::closed());
-        let Incoming::Request(request) = exchange.receive(message) else {
+        if self.front.is_shutting_down() {
+            // Checked after the session is in the table: a shutdown that began before has it closed here, one
+            // that began after ends it with the others.
+            sessions.close(&session_id, CancelReason::Shutdown);
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the server is shutting down",
+            )
+                .into_response();
+        }
+        let link = self
+            .front
+            .link(session.scope().exchange(Outbox::closed()), OnHangUp::RunOn);
+        let Incoming::Request(request) = link.receive(message, Some(&parts)) else {
             unreachable!("an initialize request")
         };
         let revision = Revision::Session {
             id: Some(session_id.clone()),
             version: header_text(&parts.headers, PROTOCOL_VERSION),
         };
-        let request = with_http(request, &parts, revision);
-        let hold = self.config.running.enter();
-        let reply = call::reply(call::spawn(self.service.clone(), request, hold)).await;
+        let request = with_revision(request, revision);
+        let reply = call::reply(self.front.spawn(self.endpoint.service.clone(), request, ())).await;
         drop(session);
         let Some(reply) = reply else {
-            self.config
-                .sessions
-                .close(&session_id, tower_cancel::CancelReason::Disconnect);
+            sessions.close(&session_id, CancelReason::Disconnect);
             return StatusCode::ACCEPTED.into_response();
         };
         let mut response = body::json_response(StatusCode::OK, &reply);
@@ -504,40 +572,23 @@ impl<S: RpcService> Endpoint<S> {
                 response.headers_mut().insert(SESSION_ID, value);
             }
         } else {
-            self.config
-                .sessions
-                .close(&session_id, tower_cancel::CancelReason::Disconnect);
+            sessions.close(&session_id, CancelReason::Disconnect);
         }
         response
-    }
-
-    fn prepare(
-        &self,
-        exchange: &Connection,
-        request: Request,
-        parts: &Parts,
-        revision: Revision,
-    ) -> Option<Request> {
-        match exchange.receive(Message::Request(request)) {
-            Incoming::Request(request) => Some(with_http(request, parts, revision)),
-            Incoming::Response(_) | Incoming::Consumed => None,
-        }
     }
 
     fn shape(&self, sse: bool, status: fn(&Response) -> StatusCode, headers: HeaderMap) -> Shape {
         Shape {
             sse,
-            keep_alive: self.config.keep_alive,
+            keep_alive: self.config().keep_alive,
             status,
             headers,
         }
     }
 }
 
-/// The HTTP request's extensions and headers, and the revision, for the handler.
-fn with_http(mut request: Request, parts: &Parts, revision: Revision) -> Request {
-    *request.extensions_mut() = parts.extensions.clone();
-    request.extensions_mut().insert(parts.headers.clone());
+/// The revision, for the handler (the HTTP request's head came with the link).
+fn with_revision(mut request: Request, revision: Revision) -> Request {
     request.extensions_mut().insert(revision);
     request
 }

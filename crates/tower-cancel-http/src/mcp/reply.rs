@@ -21,14 +21,15 @@ use tower_cancel::{
     Response,
 };
 
-use crate::{body, call::HangUp};
+use crate::{body, front::Link};
 
-/// What a request's response is made from.
-pub(crate) struct Pending<H> {
+/// A request whose response is being made: what the response is made from.
+pub(crate) struct Responding<H> {
     pub(crate) receiver: OutboxReceiver,
     pub(crate) task: JoinHandle<Option<Response>>,
-    /// Cancels the request when the response is dropped unfinished, where a hang-up is a cancel.
-    pub(crate) hang_up: HangUp,
+    /// The request's link: dropped with the response, it is the client's hang-up (a cancel where the revision
+    /// says so).
+    pub(crate) link: Link,
     /// Kept until the response is over (a lease on the session).
     pub(crate) hold: H,
 }
@@ -45,23 +46,23 @@ pub(crate) struct Shape {
 }
 
 pub(crate) async fn respond<H: Send + 'static>(
-    mut pending: Pending<H>,
+    mut responding: Responding<H>,
     shape: Shape,
 ) -> HttpResponse {
     if !shape.sse {
         // Nowhere to send progress: the handler's reports are refused rather than queued.
-        pending.receiver.close();
+        responding.receiver.close();
     }
     let first = tokio::select! {
         biased;
-        reply = &mut pending.task => First::Reply(reply.unwrap_or_default()),
-        Some(message) = pending.receiver.recv(), if shape.sse => First::Message(message),
+        reply = &mut responding.task => First::Reply(reply.unwrap_or_default()),
+        Some(message) = responding.receiver.recv(), if shape.sse => First::Message(message),
         () = tokio::time::sleep(shape.keep_alive), if shape.sse => First::Quiet,
     };
     let mut queued = VecDeque::new();
     let task = match first {
         First::Reply(reply) => {
-            drain(&mut pending.receiver, &mut queued);
+            drain(&mut responding.receiver, &mut queued);
             if queued.is_empty() {
                 return json(reply, &shape);
             }
@@ -69,18 +70,18 @@ pub(crate) async fn respond<H: Send + 'static>(
             None
         }
         First::Message(message) => {
-            pending.receiver.written(&message);
+            responding.receiver.written(&message);
             queued.push_back(data(&message));
-            Some(pending.task)
+            Some(responding.task)
         }
-        First::Quiet => Some(pending.task),
+        First::Quiet => Some(responding.task),
     };
     let state = Streaming {
-        receiver: pending.receiver,
+        receiver: responding.receiver,
         task,
         queued,
-        _hang_up: pending.hang_up,
-        _hold: pending.hold,
+        _link: responding.link,
+        _hold: responding.hold,
     };
     let events = stream::unfold(state, |mut state| async move {
         let event = state.next().await?;
@@ -108,7 +109,7 @@ struct Streaming<H> {
     // None once the request settled: what is queued is the end of the stream.
     task: Option<JoinHandle<Option<Response>>>,
     queued: VecDeque<Event>,
-    _hang_up: HangUp,
+    _link: Link,
     _hold: H,
 }
 

@@ -2,9 +2,12 @@
 
 use std::{fmt::Write, time::Duration};
 
-use tower_cancel::{bus::Replica, dialect::Mcp, Scope};
+use tower_cancel::{dialect::Mcp, Scope};
 
-use crate::scopes::{Full, Lease, Scoped, Scopes};
+use crate::{
+    front::Settings,
+    scopes::{Full, Lease, Scoped, Scopes},
+};
 
 /// A session: the scope its requests share (a cancel POSTed in it reaches its requests only).
 #[derive(Debug)]
@@ -33,14 +36,11 @@ impl Sessions {
         }
     }
 
-    /// A new session under a fresh random id; its scope attached to `replica` when the server is one of several.
-    pub(crate) fn open(&self, replica: Option<&Replica>) -> Result<SessionLease, Full> {
+    /// A new session under a fresh random id; its scope attached to the replica when the server is one of
+    /// several.
+    pub(crate) fn open(&self, settings: &Settings) -> Result<SessionLease, Full> {
         let id = mint();
-        let scope = Scope::with_dialect(Mcp);
-        let scope = match replica {
-            Some(replica) => replica.scope(replica_key(&id), scope),
-            None => scope,
-        };
+        let scope = settings.attach(|| replica_key(&id), None, Scope::with_dialect(Mcp));
         self.table.insert(id, Session { scope })
     }
 
@@ -51,6 +51,11 @@ impl Sessions {
     /// End a session: what it has in flight is cancelled with `reason`.
     pub(crate) fn close(&self, id: &str, reason: tower_cancel::CancelReason) -> bool {
         self.table.remove(&id.to_owned(), reason).is_some()
+    }
+
+    /// End every session (a shutdown): what they have in flight is cancelled with `reason`.
+    pub(crate) fn close_all(&self, reason: tower_cancel::CancelReason) {
+        self.table.remove_all(reason);
     }
 
     pub(crate) fn len(&self) -> usize {

@@ -9,8 +9,8 @@
 
 use std::fmt;
 
-/// The longest id accepted, in bytes.
-pub const MAX_ID_BYTES: usize = 256;
+/// The longest id accepted, in bytes (the crate's one bound on a peer's ids).
+pub use crate::front::MAX_ID_BYTES;
 
 /// Why an id was refused.
 #[derive(Clone, Debug, PartialEq, Eq)]

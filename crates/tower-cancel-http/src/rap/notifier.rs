@@ -295,7 +295,7 @@ impl Notifier {
                 self.stats.sent.fetch_add(1, Ordering::Relaxed);
                 let post = post(
                     self.config.clone(),
-                    Pending::new(self.stats.clone()),
+                    Tally::new(self.stats.clone()),
                     notice.clone(),
                     server,
                 );
@@ -343,12 +343,12 @@ fn json_body(body: &impl Serialize) -> Bytes {
 
 /// Counts a POST's outcome, or, if its task is dropped before it has one (a runtime shutting down) or panics (in an
 /// `authorize` hook), counts it failed: every POST sent is counted once as ended.
-struct Pending {
+struct Tally {
     stats: Arc<Counters>,
     ended: bool,
 }
 
-impl Pending {
+impl Tally {
     fn new(stats: Arc<Counters>) -> Self {
         Self {
             stats,
@@ -368,7 +368,7 @@ impl Pending {
     }
 }
 
-impl Drop for Pending {
+impl Drop for Tally {
     fn drop(&mut self) {
         if !self.ended {
             self.stats.failed.fetch_add(1, Ordering::Relaxed);
@@ -377,12 +377,7 @@ impl Drop for Pending {
 }
 
 /// The POST of `notice` to one server, start to end: the body of its task.
-async fn post(
-    config: Arc<Config>,
-    pending: Pending,
-    notice: Arc<Notice>,
-    server: usize,
-) -> Delivery {
+async fn post(config: Arc<Config>, tally: Tally, notice: Arc<Notice>, server: usize) -> Delivery {
     let base = &config.servers[server];
     let started = Instant::now();
     let mut request = config
@@ -409,7 +404,7 @@ async fn post(
     };
     let elapsed = started.elapsed();
     log(&notice, base, &outcome, elapsed, config.timeout);
-    pending.end(&outcome);
+    tally.end(&outcome);
     Delivery {
         server: base.clone(),
         outcome,

@@ -48,20 +48,22 @@ pub(super) struct Shared {
 struct Table {
     closed: bool,
     /// By the envelope id of the `capabilities/call`.
-    calls: HashMap<String, PendingCall>,
+    calls: HashMap<String, CallWaiter>,
     /// By the envelope id of the `capabilities/cancel`.
-    cancels: HashMap<String, PendingCancel>,
+    cancels: HashMap<String, CancelWaiter>,
     /// By the progress token as JSON text, with the envelope id of the call that registered it.
     progress: HashMap<String, (String, ProgressFn)>,
     strays: Strays,
 }
 
-struct PendingCall {
+/// Who waits for a call's `call-result`.
+struct CallWaiter {
     reply: oneshot::Sender<CallReply>,
     progress_key: Option<String>,
 }
 
-struct PendingCancel {
+/// Who waits for a cancel's `cancel-result`.
+struct CancelWaiter {
     call_id: String,
     reply: oneshot::Sender<CancelReply>,
 }
@@ -120,7 +122,7 @@ impl Shared {
                 .insert(key.clone(), (envelope_id.to_owned(), callback));
             key
         });
-        let call = PendingCall {
+        let call = CallWaiter {
             reply,
             progress_key,
         };
@@ -139,7 +141,7 @@ impl Shared {
         if table.closed {
             return Err(AgentError::Closed);
         }
-        let cancel = PendingCancel {
+        let cancel = CancelWaiter {
             call_id: call_id.to_owned(),
             reply,
         };
@@ -290,7 +292,7 @@ impl Shared {
 }
 
 impl Table {
-    fn take_call(&mut self, envelope_id: &str) -> Option<PendingCall> {
+    fn take_call(&mut self, envelope_id: &str) -> Option<CallWaiter> {
         let call = self.calls.remove(envelope_id)?;
         if let Some(key) = &call.progress_key {
             // Only its own registration: a later call with the same token may have taken it over.

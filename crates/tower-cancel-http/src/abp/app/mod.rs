@@ -4,18 +4,28 @@ mod render;
 mod session;
 
 use std::{
+    convert::Infallible,
     fmt,
-    sync::{
-        atomic::{AtomicU64, AtomicUsize, Ordering},
-        Arc,
-    },
+    future::Future,
+    sync::atomic::{AtomicU64, AtomicUsize, Ordering},
 };
 
-use axum::{extract::WebSocketUpgrade, response::Response as HttpResponse, routing::get, Router};
-use tokio_util::sync::CancellationToken;
+use axum::{
+    body::Body,
+    extract::WebSocketUpgrade,
+    response::{IntoResponse, Response as HttpResponse},
+    routing::{get, Route},
+    Router,
+};
+use http::StatusCode;
+use tower::Layer;
+use tower_service::Service;
 
 use super::wire::{AppInfo, Capability};
-use crate::call::{RpcService, Running};
+use crate::{
+    call::RpcService,
+    front::{self, Endpoint, Front, Protocol, Settings},
+};
 
 /// The largest WebSocket message an app reads by default: an envelope past it closes the connection (as a
 /// protocol error: one envelope is one frame).
@@ -48,6 +58,7 @@ pub const DEFAULT_MAX_CALLS_PER_SESSION: usize = 1024;
 /// | an envelope that is not one (not JSON, no `type`, an id over 256 bytes) | an `error` envelope `INVALID_MESSAGE` (an extension); the session goes on |
 /// | an envelope of a type the app does not take | an `error` envelope `NOT_IMPLEMENTED` with its id |
 /// | `shutdown`, or the socket closing | every call of the session cancelled (reason Disconnect), the socket closed |
+/// | anything, once the app [shuts down](Self::shutdown) | see below |
 ///
 /// # Cancels
 ///
@@ -57,6 +68,13 @@ pub const DEFAULT_MAX_CALLS_PER_SESSION: usize = 1024;
 /// `call-result`. A cancel whose call the app has not seen is answered "Operation not found" and remembered: the
 /// call, if it comes after all, never runs and is answered `cancelled: true`. The session remembers how its last
 /// 4096 calls ended (1 MiB of ids at most); a cancel of a call forgotten there is answered as one of an unknown call.
+///
+/// # Shutdown
+///
+/// [`shutdown`](Self::shutdown) cancels every call of every session with reason `Shutdown`: each is answered
+/// `call-result {success: false, cancelled: true, error: {code: CANCELLED, retryable: true}}`. A session goes on
+/// reading until its calls are answered, and a call it reads meanwhile is answered the same without running;
+/// then the app closes the WebSocket. A WebSocket opened after the shutdown began is refused (503).
 ///
 /// # Example
 ///
@@ -80,19 +98,19 @@ pub const DEFAULT_MAX_CALLS_PER_SESSION: usize = 1024;
 /// # }
 /// ```
 pub struct AbpApp<S> {
-    shared: Arc<Shared<S>>,
+    endpoint: Endpoint<S, Config>,
 }
 
-pub(crate) struct Shared<S> {
-    pub(crate) service: S,
+/// The protocol's own configuration; the skeleton has the rest (the largest message is its body limit).
+pub(crate) struct Config {
     pub(crate) info: AppInfo,
     pub(crate) capabilities: Vec<Capability>,
-    pub(crate) max_message_bytes: usize,
     pub(crate) max_calls_per_session: usize,
-    pub(crate) shutdown: CancellationToken,
-    pub(crate) running: Running,
     pub(crate) counters: Counters,
 }
+
+// Each session watches the shutdown itself: it answers its calls, then closes its WebSocket.
+impl Protocol for Config {}
 
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
@@ -118,10 +136,10 @@ pub struct AppStats {
     pub bad_envelopes: u64,
 }
 
-impl<S> Clone for AbpApp<S> {
+impl<S: Clone> Clone for AbpApp<S> {
     fn clone(&self) -> Self {
         Self {
-            shared: self.shared.clone(),
+            endpoint: self.endpoint.clone(),
         }
     }
 }
@@ -129,61 +147,74 @@ impl<S> Clone for AbpApp<S> {
 impl<S> fmt::Debug for AbpApp<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AbpApp")
-            .field("app", &self.shared.info)
+            .field("app", &self.endpoint.protocol().info)
             .field("stats", &self.stats())
             .finish()
     }
 }
 
 impl<S> AbpApp<S> {
-    /// Stop: every session's calls are cancelled (answered `cancelled: true`, reason Shutdown), calls that come
-    /// later are answered the same without running, and the sessions are closed once their results are sent.
-    pub fn shutdown(&self) {
-        self.shared.shutdown.cancel();
+    /// Stop (see [Shutdown](Self#shutdown)): every session's calls are cancelled (answered `cancelled: true`,
+    /// reason Shutdown), calls that come later are answered the same without running, and the sessions are closed
+    /// once their results are sent. Returns how many calls this cancelled. [`drained`](Self::drained) waits until
+    /// every session is closed.
+    pub fn shutdown(&self) -> usize {
+        self.endpoint.front().shutdown()
+    }
+
+    /// Resolves once no call runs and no session is open (see [`Front::drained`]).
+    pub fn drained(&self) -> impl Future<Output = ()> + Send + 'static {
+        self.endpoint.front().drained()
     }
 
     /// Calls running now, in every session.
     pub fn in_flight(&self) -> usize {
-        self.shared.running.get()
+        self.endpoint.state().running.get()
     }
 
-    /// The counters.
+    /// The counters; what every front end counts is [`front`](Self::front)'s.
     pub fn stats(&self) -> AppStats {
-        let counters = &self.shared.counters;
+        let counters = &self.endpoint.protocol().counters;
         AppStats {
             sessions: counters.sessions.load(Ordering::Acquire),
-            in_flight: self.shared.running.get(),
+            in_flight: self.in_flight(),
             calls: counters.calls.load(Ordering::Relaxed),
             cancels: counters.cancels.load(Ordering::Relaxed),
             bad_envelopes: counters.bad_envelopes.load(Ordering::Relaxed),
         }
+    }
+
+    /// The skeleton's handle on this app (its stats, its shutdown), for code that treats every front end alike.
+    pub fn front(&self) -> Front {
+        self.endpoint.front()
     }
 }
 
 impl<S: RpcService> AbpApp<S> {
     /// An app serving `service`, with no capabilities listed and an app id of `tower-cancel`.
     pub fn new(service: S) -> Self {
+        let config = Config {
+            info: AppInfo {
+                id: "tower-cancel".into(),
+                name: "tower-cancel".into(),
+                version: env!("CARGO_PKG_VERSION").into(),
+            },
+            capabilities: Vec::new(),
+            max_calls_per_session: DEFAULT_MAX_CALLS_PER_SESSION,
+            counters: Counters::default(),
+        };
+        let settings = Settings {
+            max_body_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+            ..Settings::default()
+        };
         Self {
-            shared: Arc::new(Shared {
-                service,
-                info: AppInfo {
-                    id: "tower-cancel".into(),
-                    name: "tower-cancel".into(),
-                    version: env!("CARGO_PKG_VERSION").into(),
-                },
-                capabilities: Vec::new(),
-                max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
-                max_calls_per_session: DEFAULT_MAX_CALLS_PER_SESSION,
-                shutdown: CancellationToken::new(),
-                running: Running::default(),
-                counters: Counters::default(),
-            }),
+            endpoint: Endpoint::new("AbpApp", service, settings, config),
         }
     }
 
     /// Who the app says it is in `initialize-result`.
     pub fn app(self, info: AppInfo) -> Self {
-        self.configure(|shared| shared.info = info)
+        self.configure(|_, config| config.info = info)
     }
 
     /// The capabilities listed in `initialize-result` (all available). Calls of others still reach the service,
@@ -197,26 +228,22 @@ impl<S: RpcService> AbpApp<S> {
                 available: true,
             })
             .collect();
-        self.configure(|shared| shared.capabilities = capabilities)
+        self.configure(|_, config| config.capabilities = capabilities)
     }
 
-    /// The largest WebSocket message read ([`DEFAULT_MAX_MESSAGE_BYTES`] by default).
+    /// The largest WebSocket message read ([`DEFAULT_MAX_MESSAGE_BYTES`] by default): the app's body limit.
     pub fn max_message_bytes(self, bytes: usize) -> Self {
-        self.configure(|shared| shared.max_message_bytes = bytes)
+        self.configure(|settings, _| settings.max_body_bytes = bytes)
     }
 
     /// How many calls one session may have running ([`DEFAULT_MAX_CALLS_PER_SESSION`] by default).
     pub fn max_calls_per_session(self, calls: usize) -> Self {
-        self.configure(|shared| shared.max_calls_per_session = calls)
+        self.configure(|_, config| config.max_calls_per_session = calls)
     }
 
-    fn configure(self, change: impl FnOnce(&mut Shared<S>)) -> Self {
-        let mut shared = Arc::try_unwrap(self.shared).unwrap_or_else(|_| {
-            panic!("configure an AbpApp before it serves (it has been cloned)")
-        });
-        change(&mut shared);
+    fn configure(self, change: impl FnOnce(&mut Settings, &mut Config)) -> Self {
         Self {
-            shared: Arc::new(shared),
+            endpoint: self.endpoint.configure(change),
         }
     }
 
@@ -227,20 +254,38 @@ impl<S: RpcService> AbpApp<S> {
 
     /// A `Router` serving ABP at `path`.
     pub fn router_at(&self, path: &str) -> Router {
-        let shared = self.shared.clone();
+        let endpoint = self.endpoint.clone();
         Router::new().route(
             path,
-            get(move |upgrade: WebSocketUpgrade| upgrade_to_session(upgrade, shared)),
+            get(move |upgrade: WebSocketUpgrade| upgrade_to_session(upgrade, endpoint)),
         )
+    }
+
+    /// [`router`](Self::router), behind `auth` (an authentication layer: 401 for a stranger, before the
+    /// WebSocket is opened).
+    pub fn router_with<L>(&self, auth: L) -> Router
+    where
+        L: Layer<Route> + Clone + Send + Sync + 'static,
+        L::Service: Service<http::Request<Body>> + Clone + Send + Sync + 'static,
+        <L::Service as Service<http::Request<Body>>>::Response: IntoResponse + 'static,
+        <L::Service as Service<http::Request<Body>>>::Error: Into<Infallible> + 'static,
+        <L::Service as Service<http::Request<Body>>>::Future: Send + 'static,
+    {
+        front::mount(self.router(), Router::new(), auth)
     }
 }
 
 async fn upgrade_to_session<S: RpcService>(
     upgrade: WebSocketUpgrade,
-    shared: Arc<Shared<S>>,
+    endpoint: Endpoint<S, Config>,
 ) -> HttpResponse {
+    if endpoint.state().is_shutting_down() {
+        // No session opens once the shutdown has begun: the agent's connect fails with the status.
+        return (StatusCode::SERVICE_UNAVAILABLE, "the app is shutting down").into_response();
+    }
+    let max = endpoint.settings().max_body_bytes;
     upgrade
-        .max_message_size(shared.max_message_bytes)
-        .max_frame_size(shared.max_message_bytes)
-        .on_upgrade(move |socket| session::run(socket, shared))
+        .max_message_size(max)
+        .max_frame_size(max)
+        .on_upgrade(move |socket| session::run(socket, endpoint))
 }

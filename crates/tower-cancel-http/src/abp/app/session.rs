@@ -7,6 +7,12 @@
 //! sender sits behind a lock: the reader holds it from before the cancel reaches the call's lifecycle until its
 //! `cancel-result` is queued, and a call's task takes it to queue its `call-result`. A call cancelled by that cancel
 //! can only answer after the swap, so its result queues behind the acknowledgment.
+//!
+//! # Shutdown
+//!
+//! The app's shutdown closes the session's connection (a link of the app's [`Front`]) with reason `Shutdown`:
+//! its calls are answered cancelled, and a call read from then on starts out cancelled and is answered so without
+//! running. The reader goes on until every call of the session is answered, then the session ends.
 
 use std::{
     ops::ControlFlow,
@@ -15,7 +21,10 @@ use std::{
 };
 
 use axum::extract::ws::{Message as WsMessage, WebSocket};
-use futures_util::{stream::SplitSink, SinkExt, StreamExt};
+use futures_util::{
+    stream::{SplitSink, SplitStream},
+    SinkExt, StreamExt,
+};
 use serde_json::value::to_raw_value;
 use tokio::sync::mpsc;
 use tower_cancel::{
@@ -25,16 +34,17 @@ use tower_cancel::{
     },
     outbox::OutboxReceiver,
     timeout::RequestedTimeout,
-    CancelReason, Connection, Dialect, Id, Message, Outbox, Request,
+    CancelReason, Dialect, Id, Message, Outbox, Request,
 };
 
-use super::{render, Shared};
+use super::{render, Config};
 use crate::{
     abp::wire::{
         types, Call, Cancel, Envelope, ErrorBody, Features, Initialize, InitializeResult,
         MAX_ID_BYTES, PROTOCOL_VERSION,
     },
-    call::{self, RpcService, Running},
+    call::{self, RpcService},
+    front::{Endpoint, Front, Link, OnHangUp, Running},
 };
 
 /// The queue to the writer, behind the lock that orders acknowledgments before the results they cancel.
@@ -59,7 +69,8 @@ impl Out {
 }
 
 struct Session<S> {
-    shared: Arc<Shared<S>>,
+    app: Endpoint<S, Config>,
+    front: Front,
     out: Arc<Out>,
     // Handlers' progress reports go through the connection's outbox; the writer turns them into envelopes.
     outbox: Outbox,
@@ -73,21 +84,27 @@ struct Session<S> {
 enum State {
     Uninitialized,
     Initialized {
-        connection: Connection,
+        // The session's connection, open in the app's table of links while the session lives.
+        link: Link,
         progress: bool,
     },
 }
 
 /// Serve one session until the agent leaves, sends `shutdown`, or the app shuts down.
-pub(super) async fn run<S: RpcService>(socket: WebSocket, shared: Arc<Shared<S>>) {
-    shared.counters.sessions.fetch_add(1, Ordering::AcqRel);
+pub(super) async fn run<S: RpcService>(socket: WebSocket, app: Endpoint<S, Config>) {
+    let counters = &app.protocol().counters;
+    counters.sessions.fetch_add(1, Ordering::AcqRel);
     let (sink, mut frames) = socket.split();
     let (queue, queued) = mpsc::unbounded_channel();
     let (outbox, progress) = Outbox::new();
     let writer = tokio::spawn(write(sink, queued, progress));
     let (alive, mut ended) = mpsc::channel(1);
+    let front = app.front();
+    let shutting_down = front.shutting_down();
+    tokio::pin!(shutting_down);
     let mut session = Session {
-        shared: shared.clone(),
+        app: app.clone(),
+        front,
         out: Arc::new(Out {
             queue: Mutex::new(queue),
         }),
@@ -100,36 +117,63 @@ pub(super) async fn run<S: RpcService>(socket: WebSocket, shared: Arc<Shared<S>>
     let reason = loop {
         let frame = tokio::select! {
             biased;
-            _ = shared.shutdown.cancelled() => break CancelReason::Shutdown,
+            () = &mut shutting_down => break CancelReason::Shutdown,
             frame = frames.next() => frame,
         };
-        let text = match frame {
-            Some(Ok(WsMessage::Text(text))) => text,
-            Some(Ok(WsMessage::Binary(_))) => {
-                session.bad(
-                    None,
-                    render::INVALID_MESSAGE,
-                    "a binary frame: ABP envelopes are text",
-                );
-                continue;
-            }
-            Some(Ok(WsMessage::Ping(_) | WsMessage::Pong(_))) => continue,
-            Some(Ok(WsMessage::Close(_))) | Some(Err(_)) | None => break CancelReason::Disconnect,
-        };
-        if session.receive(text.as_str()).is_break() {
+        if session.frame(frame).is_break() {
             break CancelReason::Disconnect;
         }
     };
+    if matches!(reason, CancelReason::Shutdown) {
+        session.drain(&mut frames).await;
+    }
     session.end(reason);
     // Every call's task has sent its result: the writer may finish.
     while ended.recv().await.is_some() {}
+    // The link is let go once the socket is closed, so that a drain of the app waits for it.
+    let state = std::mem::replace(&mut session.state, State::Uninitialized);
     drop(session);
     let _ = writer.await;
-    shared.counters.sessions.fetch_sub(1, Ordering::AcqRel);
+    drop(state);
+    counters.sessions.fetch_sub(1, Ordering::AcqRel);
     tracing::debug!("ABP session closed");
 }
 
 impl<S: RpcService> Session<S> {
+    /// One frame from the agent (`None` once the socket is closed); `Break` when the session is over.
+    fn frame(&mut self, frame: Option<Result<WsMessage, axum::Error>>) -> ControlFlow<()> {
+        match frame {
+            Some(Ok(WsMessage::Text(text))) => self.receive(text.as_str()),
+            Some(Ok(WsMessage::Binary(_))) => {
+                self.bad(
+                    None,
+                    render::INVALID_MESSAGE,
+                    "a binary frame: ABP envelopes are text",
+                );
+                ControlFlow::Continue(())
+            }
+            Some(Ok(WsMessage::Ping(_) | WsMessage::Pong(_))) => ControlFlow::Continue(()),
+            Some(Ok(WsMessage::Close(_))) | Some(Err(_)) | None => ControlFlow::Break(()),
+        }
+    }
+
+    /// The app is shutting down, and has closed the session's connection with reason `Shutdown`: its calls are
+    /// answered cancelled. Read on until every one of them is answered; a call read meanwhile starts out
+    /// cancelled and is answered so, without running.
+    async fn drain(&mut self, frames: &mut SplitStream<WebSocket>) {
+        let answered = self.running.idle();
+        tokio::pin!(answered);
+        loop {
+            tokio::select! {
+                biased;
+                () = &mut answered => return,
+                frame = frames.next() => if self.frame(frame).is_break() {
+                    return;
+                },
+            }
+        }
+    }
+
     fn receive(&mut self, text: &str) -> ControlFlow<()> {
         let envelope = match Envelope::from_text(text) {
             Ok(envelope) => envelope,
@@ -173,7 +217,10 @@ impl<S: RpcService> Session<S> {
             }
         };
         let scope = tower_cancel::scope::Scope::with_dialect(Abp);
-        let connection = scope.connect(self.outbox.clone());
+        // A session the app's shutdown finds is closed by it; one opened after refuses its calls from the start.
+        let link = self
+            .front
+            .link(scope.connect(self.outbox.clone()), OnHangUp::Cancel);
         let session_id = uuid::Uuid::new_v4().to_string();
         tracing::debug!(
             session = %session_id,
@@ -184,8 +231,8 @@ impl<S: RpcService> Session<S> {
         let result = InitializeResult {
             session_id,
             protocol_version: PROTOCOL_VERSION.into(),
-            app: self.shared.info.clone(),
-            capabilities: self.shared.capabilities.clone(),
+            app: self.app.protocol().info.clone(),
+            capabilities: self.app.protocol().capabilities.clone(),
             features: Features {
                 notifications: false,
                 progress: initialize.features.progress,
@@ -193,7 +240,7 @@ impl<S: RpcService> Session<S> {
             },
         };
         self.state = State::Initialized {
-            connection,
+            link,
             progress: initialize.features.progress,
         };
         self.out.send(&Envelope::new(
@@ -204,11 +251,7 @@ impl<S: RpcService> Session<S> {
     }
 
     fn call(&mut self, envelope: Envelope) {
-        let State::Initialized {
-            connection,
-            progress,
-        } = &self.state
-        else {
+        let State::Initialized { link, progress } = &self.state else {
             self.out.send(&render::refused_call(
                 envelope.id,
                 render::not_initialized(),
@@ -234,7 +277,7 @@ impl<S: RpcService> Session<S> {
             // The agent's library MUST make one; a call without is still run, though nothing can cancel it.
             None => uuid::Uuid::new_v4().to_string(),
         };
-        if self.running.get() >= self.shared.max_calls_per_session {
+        if self.running.get() >= self.app.protocol().max_calls_per_session {
             let error = ErrorBody::new(
                 render::RATE_LIMITED,
                 "too many calls running in this session",
@@ -264,14 +307,18 @@ impl<S: RpcService> Session<S> {
                 });
             }
         }
-        connection.prepare(&mut request);
-        self.shared.counters.calls.fetch_add(1, Ordering::Relaxed);
+        link.prepare(&mut request, None);
+        self.app
+            .protocol()
+            .counters
+            .calls
+            .fetch_add(1, Ordering::Relaxed);
         // Called here, not on the task: the call is in the session's registry before the next envelope is read,
         // so a cancel right behind it finds it.
-        let reply = call::start(self.shared.service.clone(), request);
+        let reply = call::start(self.app.service.clone(), request);
         let out = self.out.clone();
         let guards = (
-            self.shared.running.enter(),
+            self.app.state().running.enter(),
             self.running.enter(),
             self.alive.clone(),
         );
@@ -294,7 +341,7 @@ impl<S: RpcService> Session<S> {
                 return;
             }
         };
-        let State::Initialized { connection, .. } = &self.state else {
+        let State::Initialized { link, .. } = &self.state else {
             let refused =
                 render::refused_cancel(envelope.id, cancel.call_id, render::not_initialized());
             self.out.send(&refused);
@@ -306,17 +353,23 @@ impl<S: RpcService> Session<S> {
         };
         // See the module docs: the acknowledgment is queued before the cancelled call can queue its result.
         let queue = self.out.lock();
-        let ack =
-            connection.acknowledge_cancel(&notice.id, CancelReason::peer(notice.reason.clone()));
+        let ack = link
+            .connection()
+            .acknowledge_cancel(&notice.id, CancelReason::peer(notice.reason.clone()));
         let payload = Abp.acknowledge(&notice, ack);
         let _ = queue.send(Envelope::new(types::CANCEL_RESULT, envelope.id, payload).to_text());
         drop(queue);
-        self.shared.counters.cancels.fetch_add(1, Ordering::Relaxed);
+        self.app
+            .protocol()
+            .counters
+            .cancels
+            .fetch_add(1, Ordering::Relaxed);
         tracing::debug!(call = %notice.id, ?ack, "ABP cancel acknowledged");
     }
 
     fn bad(&self, id: Option<String>, code: &str, why: &str) {
-        self.shared
+        self.app
+            .protocol()
             .counters
             .bad_envelopes
             .fetch_add(1, Ordering::Relaxed);
@@ -327,8 +380,8 @@ impl<S: RpcService> Session<S> {
 
     /// Stop the session's calls with `reason` (their results still go out), and let the tasks finish.
     fn end(&mut self, reason: CancelReason) {
-        if let State::Initialized { connection, .. } = &self.state {
-            let cancelled = connection.close(reason.clone());
+        if let State::Initialized { link, .. } = &self.state {
+            let cancelled = link.connection().close(reason.clone());
             tracing::debug!(cancelled, ?reason, "ABP session ending");
         }
         self.alive = None;

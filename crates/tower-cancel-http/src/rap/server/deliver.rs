@@ -11,9 +11,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::super::wire::ToolResult;
 
-/// How results are delivered: the HTTP client, and how hard to try.
+/// The client that POSTs results to the runtime's `callback_url`, and how hard it tries.
 #[derive(Clone, Debug)]
-pub(super) struct Delivery {
+pub(super) struct CallbackClient {
     pub(super) client: reqwest::Client,
     /// Attempts in all (the first included).
     pub(super) attempts: u32,
@@ -34,7 +34,7 @@ pub(super) enum Delivered {
     Cancelled,
 }
 
-impl Delivery {
+impl CallbackClient {
     /// Deliver `result`, unless `stop` (the runtime's cancel of the call) fires first: then no attempt is begun,
     /// the one under way is dropped and no backoff is waited out.
     pub(super) async fn send(

@@ -1,7 +1,7 @@
 //! `POST {endpoint}`: an invocation is acknowledged at once, then runs as a request of its thread's scope, and its
 //! result is POSTed to the runtime's `callback_url`, unless the runtime cancelled the call.
 
-use std::sync::{atomic::Ordering, Arc};
+use std::sync::Arc;
 
 use axum::{
     body::Body,
@@ -12,7 +12,7 @@ use http::StatusCode;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tower::{service_fn, ServiceBuilder};
-use tower_cancel::{CancelReason, CancelStack, ErrorObject, Id, Outbox, Request};
+use tower_cancel::{CancelStack, ErrorObject, Id, Outbox, Request};
 
 use super::{
     deliver::Delivered,
@@ -22,6 +22,7 @@ use super::{
 use crate::{
     body,
     call::{self, RpcService},
+    front::OnHangUp,
     rap::{ids, output, wire::Invocation, Rap, ToolCall},
     scopes::Scoped,
 };
@@ -37,7 +38,7 @@ pub(super) async fn invoke<S: RpcService>(
     request: http::Request<Body>,
 ) -> HttpResponse {
     let (parts, body) = request.into_parts();
-    let config = &server.config;
+    let config = server.config();
     let refuse = |status: StatusCode, detail: String| {
         config.counters.refused.increment();
         tracing::warn!(%status, %detail, "an invocation was refused");
@@ -46,7 +47,7 @@ pub(super) async fn invoke<S: RpcService>(
     if let Err(refused) = body::check_json(&parts.headers) {
         return refuse(refused.status, refused.detail.into());
     }
-    let bytes = match body::read(body, config.max_body_bytes).await {
+    let bytes = match server.endpoint.read_body(body).await {
         Ok(bytes) => bytes,
         Err(refused) => return refuse(refused.status, refused.detail.into()),
     };
@@ -90,7 +91,7 @@ pub(super) async fn invoke<S: RpcService>(
         return refuse(StatusCode::BAD_REQUEST, format!("callback_url: {invalid}"));
     }
 
-    if config.shutting_down.load(Ordering::Acquire) {
+    if server.endpoint.state().is_shutting_down() {
         return refuse(
             StatusCode::SERVICE_UNAVAILABLE,
             "the tool server is shutting down".into(),
@@ -99,7 +100,7 @@ pub(super) async fn invoke<S: RpcService>(
     let thread = match config
         .threads
         .lease_or_insert(invocation.group_id.as_str().into(), || {
-            Thread::new(&invocation.group_id, config.replica.as_ref())
+            Thread::new(&invocation.group_id, server.endpoint.settings())
         }) {
         Ok(thread) => thread,
         Err(_full) => {
@@ -109,11 +110,6 @@ pub(super) async fn invoke<S: RpcService>(
             )
         }
     };
-    if config.shutting_down.load(Ordering::Acquire) {
-        // A shutdown came between the check above and the lease: the thread it did not see refuses too, so this
-        // call starts out cancelled and its runtime gets the shutdown's error result.
-        thread.scope().refuse_new(CancelReason::Shutdown);
-    }
     let id: Arc<str> = invocation.id.as_str().into();
     let Some(stop) = thread.accept(&id) else {
         // A second invocation of a call still in progress (the runtime retried one it thought lost): the first
@@ -123,8 +119,9 @@ pub(super) async fn invoke<S: RpcService>(
     };
     config.counters.accepted.increment();
     // Counted from here (not from the task's start), so that `in_flight` is never 0 while an accepted call waits
-    // for its task.
-    let hold = CallHold::new(thread, id, config.running.enter());
+    // for its task. A shutdown that comes before the task opens its link finds the link refusing: the call starts
+    // out cancelled and its runtime gets the shutdown's error result.
+    let hold = CallHold::new(thread, id, server.endpoint.state().running.enter());
     tokio::spawn(run(server.clone(), invocation, parts, hold, stop));
     StatusCode::OK.into_response()
 }
@@ -137,7 +134,7 @@ async fn run<S: RpcService>(
     hold: CallHold,
     stop: CancellationToken,
 ) {
-    let config = &server.config;
+    let config = server.config();
     if invocation.arguments.is_null() {
         // Left out (the reference runtime's type defaults it): no arguments.
         invocation.arguments = Value::Object(Default::default());
@@ -156,15 +153,17 @@ async fn run<S: RpcService>(
         invocation.operation.clone(),
         std::mem::take(&mut invocation.arguments),
     );
-    hold.thread()
-        .scope()
-        .exchange(Outbox::closed())
-        .prepare(&mut request);
-    *request.extensions_mut() = parts.extensions;
-    request.extensions_mut().insert(parts.headers);
+    // The call's link, open while it runs: the shutdown reaches it there. A runtime does not hang up on a call
+    // (it waits at its callback), so there is no hang-up to make a cancel of.
+    let front = server.endpoint.front();
+    let link = front.link(
+        hold.thread().scope().exchange(Outbox::closed()),
+        OnHangUp::RunOn,
+    );
+    link.prepare(&mut request, Some(&parts));
     request.extensions_mut().insert(ToolCall::of(&invocation));
     let outcome = match refusal {
-        None => call::settle(server.service.clone(), request).await,
+        None => call::settle(server.endpoint.service.clone(), request).await,
         // Answered without the handler, but through a cancel layer of the thread all the same, so that a cancel
         // that came before the invocation still means no result.
         Some(refusal) => {
@@ -177,6 +176,7 @@ async fn run<S: RpcService>(
         }
     }
     .map(|reply| reply.outcome);
+    drop(link);
     let Some(outcome) = outcome else {
         // The runtime cancelled it (or closed its thread): it has put its own result in the conversation.
         config.counters.cancelled.increment();
@@ -185,7 +185,7 @@ async fn run<S: RpcService>(
     };
     let result = output::tool_result(&invocation, outcome);
     match config
-        .delivery
+        .callback
         .send(&invocation.callback_url, &result, &stop)
         .await
     {

@@ -10,9 +10,10 @@ use std::{
     collections::HashSet,
     convert::Infallible,
     fmt,
+    future::Future,
     num::NonZeroU32,
     sync::{
-        atomic::{AtomicBool, AtomicU64, Ordering},
+        atomic::{AtomicU64, Ordering},
         Arc,
     },
     time::Duration,
@@ -27,15 +28,16 @@ use axum::{
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use http::StatusCode;
 use tower::Layer;
-use tower_cancel::{bus::Replica, CancelReason};
+use tower_cancel::bus::Replica;
 use tower_service::Service;
 
-use self::{deliver::Delivery, threads::Thread};
+use self::{deliver::CallbackClient, threads::Thread};
 use super::wire::Toolset;
 use crate::{
-    body::{self, DEFAULT_MAX_BODY_BYTES},
-    call::{RpcService, Running},
-    scopes::{Scoped, Scopes},
+    body,
+    call::RpcService,
+    front::{self, Endpoint, Front, Protocol, Settings},
+    scopes::Scopes,
 };
 
 pub use self::notices::MAX_NOTICE_BYTES;
@@ -117,24 +119,23 @@ pub const DEFAULT_NOTICES_PER_SECOND: u32 = 200;
 /// # }
 /// ```
 pub struct ToolServer<S> {
-    service: S,
-    config: Arc<Config>,
+    endpoint: Endpoint<S, Config>,
 }
 
+/// The protocol's own configuration; the skeleton has the rest.
 struct Config {
     toolset: Toolset,
     operations: HashSet<String>,
     invoke_path: String,
     threads: Scopes<Arc<str>, Thread>,
-    // Set when the server is one replica of several: its threads' cancels that miss go to the others.
-    replica: Option<Replica>,
-    running: Running,
-    delivery: Delivery,
-    max_body_bytes: usize,
+    callback: CallbackClient,
     limiter: Option<Limiters>,
     counters: Counters,
-    shutting_down: AtomicBool,
 }
+
+// A shutdown keeps the threads: the runtimes of their calls are still owed an error result, and the threads'
+// tokens stop a result on its way when the runtime cancels its call.
+impl Protocol for Config {}
 
 impl<S> ToolServer<S> {
     /// Serve `service` (a stack of the [`Rap`](super::Rap) dialect) as the toolset `toolset`. Invocations are
@@ -148,52 +149,46 @@ impl<S> ToolServer<S> {
             .filter(|path| path.len() > 1)
             .unwrap_or_else(|| "/invoke".to_owned());
         let operations = toolset.tools.iter().map(|tool| tool.name.clone()).collect();
+        let config = Config {
+            toolset,
+            operations,
+            invoke_path,
+            threads: Scopes::new(DEFAULT_THREAD_LINGER, DEFAULT_MAX_THREADS).evict_idle_when_full(),
+            callback: CallbackClient {
+                client: callback_client(),
+                attempts: 3,
+                backoff: Duration::from_millis(250),
+                attempt_timeout: Duration::from_secs(10),
+            },
+            limiter: Some(Limiters::new(DEFAULT_NOTICES_PER_SECOND)),
+            counters: Counters::default(),
+        };
         Self {
-            service,
-            config: Arc::new(Config {
-                toolset,
-                operations,
-                invoke_path,
-                threads: Scopes::new(DEFAULT_THREAD_LINGER, DEFAULT_MAX_THREADS)
-                    .evict_idle_when_full(),
-                replica: None,
-                running: Running::default(),
-                delivery: Delivery {
-                    client: callback_client(),
-                    attempts: 3,
-                    backoff: Duration::from_millis(250),
-                    attempt_timeout: Duration::from_secs(10),
-                },
-                max_body_bytes: DEFAULT_MAX_BODY_BYTES,
-                limiter: Some(Limiters::new(DEFAULT_NOTICES_PER_SECOND)),
-                counters: Counters::default(),
-                shutting_down: AtomicBool::new(false),
-            }),
+            endpoint: Endpoint::new("ToolServer", service, Settings::default(), config),
         }
     }
 
-    /// The largest invocation body accepted (413 above it); [`DEFAULT_MAX_BODY_BYTES`] by default.
-    pub fn max_body_bytes(mut self, bytes: usize) -> Self {
-        self.config_mut().max_body_bytes = bytes;
-        self
+    /// The largest invocation body accepted (413 above it); [`DEFAULT_MAX_BODY_BYTES`](crate::DEFAULT_MAX_BODY_BYTES)
+    /// by default.
+    pub fn max_body_bytes(self, bytes: usize) -> Self {
+        self.configure(|settings, _| settings.max_body_bytes = bytes)
     }
 
     /// Rate-limit the notices to `per_second` (bursts of twice it), 429 past it; `None` for no limit.
     /// [`DEFAULT_NOTICES_PER_SECOND`] by default. Cancels and closes share one quota; status questions have one of
     /// their own, so that polling the status never uses up the quota of cancels. The quotas are the server's,
     /// shared by every runtime that passes authentication.
-    pub fn notices_per_second(mut self, per_second: Option<u32>) -> Self {
-        self.config_mut().limiter = per_second.map(Limiters::new);
-        self
+    pub fn notices_per_second(self, per_second: Option<u32>) -> Self {
+        self.configure(|_, config| config.limiter = per_second.map(Limiters::new))
     }
 
     /// How long a thread with nothing running is kept (so a cancel that comes before its invocation still
     /// applies), and how many threads at most. When the table is full, the thread idle for longest makes room
     /// (so cancels for threads that never come cannot lock out new ones); with every thread running, an invocation
     /// of a new thread gets 503.
-    pub fn thread_limits(mut self, linger: Duration, max_threads: usize) -> Self {
-        self.config_mut().threads = Scopes::new(linger, max_threads).evict_idle_when_full();
-        self
+    pub fn thread_limits(self, linger: Duration, max_threads: usize) -> Self {
+        let threads = Scopes::new(linger, max_threads).evict_idle_when_full();
+        self.configure(|_, config| config.threads = threads)
     }
 
     /// Run as one replica of several behind a load balancer, sharing `replica`'s bus (over Redis:
@@ -201,78 +196,83 @@ impl<S> ToolServer<S> {
     /// reaches it there (the runtime POSTs its cancel to a base URL, not to the replica that took the invocation).
     /// A thread's scope is attached under the key `rap:thread:<thread_id>` on every replica. `/close_thread` and
     /// `/tool_call_status` stay local: they answer for this replica's calls only.
-    pub fn replica(mut self, replica: Replica) -> Self {
-        self.config_mut().replica = Some(replica);
-        self
+    pub fn replica(self, replica: Replica) -> Self {
+        self.configure(|settings, _| settings.replica = Some(replica))
     }
 
     /// The HTTP client results are POSTed with (bring one with TLS, proxies or default headers for the
     /// callback's authentication); a plain `reqwest::Client` by default.
-    pub fn callback_client(mut self, client: reqwest::Client) -> Self {
-        self.config_mut().delivery.client = client;
-        self
+    pub fn callback_client(self, client: reqwest::Client) -> Self {
+        self.configure(|_, config| config.callback.client = client)
     }
 
     /// How a result that could not be delivered is tried again: `attempts` in all (at least 1), waiting
     /// `backoff` before the second and twice as long before each next one. 3 and 250 ms by default.
-    pub fn callback_retries(mut self, attempts: u32, backoff: Duration) -> Self {
-        let delivery = &mut self.config_mut().delivery;
-        delivery.attempts = attempts.max(1);
-        delivery.backoff = backoff;
-        self
+    pub fn callback_retries(self, attempts: u32, backoff: Duration) -> Self {
+        self.configure(|_, config| {
+            config.callback.attempts = attempts.max(1);
+            config.callback.backoff = backoff;
+        })
     }
 
     /// The toolset served at discovery.
     pub fn toolset(&self) -> &Toolset {
-        &self.config.toolset
+        &self.config().toolset
     }
 
     /// How many calls are running now (their handler, or their result's delivery). Zero means no call holds a
     /// registry entry or a task.
     pub fn in_flight(&self) -> usize {
-        self.config.running.get()
+        self.endpoint.state().running.get()
     }
 
     /// How many threads are kept now (running ones, and idle ones within their linger).
     pub fn threads(&self) -> usize {
-        self.config.threads.len()
+        self.config().threads.len()
     }
 
-    /// The server's counters.
+    /// The server's counters; what every front end counts is [`front`](Self::front)'s.
     pub fn stats(&self) -> ToolServerStats {
-        self.config.counters.snapshot()
+        self.config().counters.snapshot()
     }
 
     /// Stop every call with reason `Shutdown` (their runtimes get an error result) and refuse new invocations
     /// from now on (503: the runtime records the refusal as the call's error). Returns how many calls this
-    /// stopped.
+    /// stopped. [`drained`](Self::drained) waits until their results are delivered.
     pub fn shutdown(&self) -> usize {
-        self.config.shutting_down.store(true, Ordering::Release);
-        self.config
-            .threads
-            .values()
-            .iter()
-            .map(|thread| {
-                let scope = thread.scope();
-                scope.refuse_new(CancelReason::Shutdown);
-                scope.close(CancelReason::Shutdown)
-            })
-            .sum()
+        self.endpoint.front().shutdown()
     }
 
-    fn config_mut(&mut self) -> &mut Config {
-        Arc::get_mut(&mut self.config).expect("configured before it is cloned")
+    /// Resolves once no call runs and no result is on its way (see [`Front::drained`]).
+    pub fn drained(&self) -> impl Future<Output = ()> + Send + 'static {
+        self.endpoint.front().drained()
+    }
+
+    /// The skeleton's handle on this server (its stats, its shutdown), for code that treats every front end
+    /// alike.
+    pub fn front(&self) -> Front {
+        self.endpoint.front()
+    }
+
+    fn config(&self) -> &Config {
+        self.endpoint.protocol()
+    }
+
+    fn configure(self, change: impl FnOnce(&mut Settings, &mut Config)) -> Self {
+        Self {
+            endpoint: self.endpoint.configure(change),
+        }
     }
 }
 
 impl<S: RpcService> ToolServer<S> {
     /// The endpoints, without authentication (for a trusted network, or behind a proxy that authenticates).
-    pub fn router(self) -> Router {
+    pub fn router(&self) -> Router {
         self.router_with(tower::layer::util::Identity::new())
     }
 
     /// The endpoints, every one but discovery behind `auth` (an authentication layer: 401 for a stranger).
-    pub fn router_with<L>(self, auth: L) -> Router
+    pub fn router_with<L>(&self, auth: L) -> Router
     where
         L: Layer<Route> + Clone + Send + Sync + 'static,
         L::Service: Service<HttpRequest> + Clone + Send + Sync + 'static,
@@ -280,20 +280,21 @@ impl<S: RpcService> ToolServer<S> {
         <L::Service as Service<HttpRequest>>::Error: Into<Infallible> + 'static,
         <L::Service as Service<HttpRequest>>::Future: Send + 'static,
     {
-        let invoke_path = self.config.invoke_path.clone();
-        Router::new()
-            .route(&invoke_path, post(invoke::invoke::<S>))
+        let guarded = Router::new()
+            .route(&self.config().invoke_path, post(invoke::invoke::<S>))
             .route("/cancel_tool_call", post(notices::cancel_tool_call::<S>))
             .route("/close_thread", post(notices::close_thread::<S>))
             .route("/tool_call_status", post(notices::tool_call_status::<S>))
-            .route_layer(auth)
+            .with_state(self.clone());
+        let open = Router::new()
             .route("/.well-known/rap-toolset", get(discovery::<S>))
-            .with_state(self)
+            .with_state(self.clone());
+        front::mount(guarded, open, auth)
     }
 }
 
 async fn discovery<S>(State(server): State<ToolServer<S>>) -> HttpResponse {
-    body::json_response(StatusCode::OK, &server.config.toolset)
+    body::json_response(StatusCode::OK, &server.config().toolset)
 }
 
 /// A client that follows no redirect: a result goes to the URL the runtime gave, once per attempt.
@@ -325,8 +326,7 @@ impl Limiters {
 impl<S: Clone> Clone for ToolServer<S> {
     fn clone(&self) -> Self {
         Self {
-            service: self.service.clone(),
-            config: self.config.clone(),
+            endpoint: self.endpoint.clone(),
         }
     }
 }
@@ -334,8 +334,8 @@ impl<S: Clone> Clone for ToolServer<S> {
 impl<S> fmt::Debug for ToolServer<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ToolServer")
-            .field("toolset", &self.config.toolset.name)
-            .field("invoke_path", &self.config.invoke_path)
+            .field("toolset", &self.config().toolset.name)
+            .field("invoke_path", &self.config().invoke_path)
             .field("in_flight", &self.in_flight())
             .finish_non_exhaustive()
     }

@@ -41,7 +41,7 @@ pub(super) async fn cancel_tool_call<S>(
     if let Some(limited) = rate_limited(&server, |limiters| &limiters.notices) {
         return limited;
     }
-    let config = &server.config;
+    let config = server.config();
     config.counters.cancels.increment();
     let Some(notice) = read::<CancelToolCall>(request, "cancel_tool_call").await else {
         return StatusCode::OK.into_response();
@@ -51,7 +51,7 @@ pub(super) async fn cancel_tool_call<S>(
     match config
         .threads
         .lease_or_insert(notice.thread_id.as_str().into(), || {
-            Thread::new(&notice.thread_id, config.replica.as_ref())
+            Thread::new(&notice.thread_id, server.endpoint.settings())
         }) {
         Ok(thread) => {
             // A result on its way stops too (the handler's entry is gone by then).
@@ -76,7 +76,7 @@ pub(super) async fn close_thread<S>(
     if let Some(limited) = rate_limited(&server, |limiters| &limiters.notices) {
         return limited;
     }
-    let config = &server.config;
+    let config = server.config();
     config.counters.closes.increment();
     let Some(notice) = read::<CloseThread>(request, "close_thread").await else {
         return StatusCode::OK.into_response();
@@ -100,7 +100,7 @@ pub(super) async fn tool_call_status<S>(
         .await
         .is_some_and(|notice| {
             server
-                .config
+                .config()
                 .threads
                 .get(&notice.thread_id.as_str().into())
                 .is_some_and(|thread| thread.is_alive(&notice.tool_call_id))
@@ -113,9 +113,9 @@ fn rate_limited<S>(
     server: &ToolServer<S>,
     quota: impl FnOnce(&Limiters) -> &DefaultDirectRateLimiter,
 ) -> Option<HttpResponse> {
-    let limiter = quota(server.config.limiter.as_ref()?);
+    let limiter = quota(server.config().limiter.as_ref()?);
     let not_until = limiter.check().err()?;
-    server.config.counters.rate_limited.increment();
+    server.config().counters.rate_limited.increment();
     let wait = not_until.wait_time_from(DefaultClock::default().now());
     let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
     tracing::debug!(

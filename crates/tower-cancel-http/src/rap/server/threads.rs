@@ -7,10 +7,10 @@ use std::{
 };
 
 use tokio_util::sync::CancellationToken;
-use tower_cancel::{bus::Replica, Registry, Scope};
+use tower_cancel::{Registry, Scope};
 
 use crate::{
-    call::RunningGuard,
+    front::{RunningGuard, Settings},
     scopes::{Lease, Scoped},
 };
 
@@ -29,16 +29,13 @@ pub(super) struct Thread {
 }
 
 impl Thread {
-    /// The thread `id`; its scope attached to `replica` when the server is one of several.
-    pub(super) fn new(id: &str, replica: Option<&Replica>) -> Self {
+    /// The thread `id`; its scope attached to the replica when the server is one of several.
+    pub(super) fn new(id: &str, settings: &Settings) -> Self {
         let scope = Scope::new().with_registry(Registry::with_early_cancel_limits(
             EARLY_CANCELS_PER_THREAD,
             EARLY_CANCEL_BYTES_PER_THREAD,
         ));
-        let scope = match replica {
-            Some(replica) => replica.scope(format!("rap:thread:{id}"), scope),
-            None => scope,
-        };
+        let scope = settings.attach(|| format!("rap:thread:{id}"), None, scope);
         Self {
             scope,
             calls: Mutex::default(),

@@ -1,0 +1,207 @@
+//! The skeleton every front end of this crate stands on ([`JsonRpc`](crate::JsonRpc),
+//! [`McpHttp`](crate::McpHttp), [`ToolServer`](crate::rap::ToolServer), [`AbpApp`](crate::abp::AbpApp)): what
+//! they share, so that each keeps only its protocol.
+//!
+//! - **Building.** Each is made with `new` over the stack it serves and configured by chained methods before it
+//!   is first cloned (to mount it, or for its [`Front`]; configuring a clone panics): every clone serves the same
+//!   configuration. The settings they all have: the largest body read (`max_body_bytes`,
+//!   [`DEFAULT_MAX_BODY_BYTES`]; an ABP app's `max_message_bytes`, its largest WebSocket message), and, for
+//!   those whose scopes outlive a request (MCP sessions, RAP threads, JSON-RPC principals), the
+//!   [`Replica`](tower_cancel::bus::Replica) those scopes are attached to under a key every replica shares.
+//! - **Mounting.** Each gives an axum `Router` of its endpoints: `router()` at their usual paths, `router_with(auth)`
+//!   with every endpoint that acts behind `auth`, a tower layer (for a shared secret,
+//!   [`require_bearer`](crate::auth::require_bearer)); the one-path front ends also take `router_at(path)`.
+//!   `JsonRpc` and `McpHttp` are also `tower::Service`s of HTTP requests, to mount as you like.
+//! - **Running.** Each request arrives on a [`Link`] of the front end (an HTTP request's exchange, a WebSocket's
+//!   connection), which carries the HTTP request's extensions and headers to the handler and whose drop is the
+//!   client's hang-up; each runs on a task of its own, counted in [`Front::in_flight`].
+//! - **Stats.** [`Front::stats`] gives the part every front end has ([`FrontStats`]); a front end's own counters
+//!   are its own `stats()`.
+//! - **Shutdown.** [`Front::shutdown`] cancels every request in flight with reason `Shutdown`, answered as its
+//!   protocol says, and from then on refuses new requests the protocol's way; [`Front::drained`] waits until
+//!   nothing is left running.
+//!
+//! | front end | a request in flight at the shutdown | a request after it |
+//! |---|---|---|
+//! | `JsonRpc` | the stack's reply for a `Shutdown` cancel (LSP, ACP: -32800) | never runs: the same reply |
+//! | `McpHttp` | -32603 (the MCP dialect's reply to a `Shutdown` cancel), as JSON or at the end of its stream | sessions are ended: a POST in one gets 404 (as for any session the server ended), `initialize` 503; a stateless request never runs and gets -32603 |
+//! | `ToolServer` | its runtime gets an error result, `Error: the tool server is shutting down` | 503 (the runtime records the refusal as the call's error) |
+//! | `AbpApp` | `call-result {cancelled: true, error: {code: CANCELLED}}`; its session is closed once its calls are answered | a call on a session still open is answered the same, without running; a new WebSocket gets 503 |
+//!
+//! The skeleton is also the seam through which another framework's HTTP request becomes one of ours: make a
+//! [`Front`], open a [`Link`] for each HTTP request on a [`Scope`](tower_cancel::Scope) of your choice, take its
+//! messages through it, and [`spawn`](Front::spawn) each request on the stack.
+//!
+//! ```
+//! use http::request::Parts;
+//! use tower_cancel::{Incoming, Message, Outbox, Response, Scope};
+//! use tower_cancel_http::{front::{Front, OnHangUp}, RpcService};
+//!
+//! async fn serve_one<S: RpcService>(front: &Front, stack: S, head: &Parts, message: Message) -> Option<Response> {
+//!     // One HTTP request: an exchange of a scope of its own, whose end is a cancel where the client hangs up.
+//!     let link = front.link(Scope::new().exchange(Outbox::closed()), OnHangUp::Cancel);
+//!     match link.receive(message, Some(head)) {
+//!         Incoming::Request(request) => front.spawn(stack, request, ()).await.unwrap_or_default(),
+//!         Incoming::Response(_) | Incoming::Consumed => None,
+//!     }
+//! }
+//! ```
+
+// The floor plan: `endpoint` (what a front end is built of, `configure`) stands on `state` (`running`, `links`);
+// `link` and this file (the public handle) on both; `router` and `limits` on nothing of the crate.
+mod endpoint;
+mod limits;
+mod link;
+mod links;
+mod router;
+mod running;
+mod state;
+
+use std::{fmt, future::Future, sync::Arc};
+
+use tokio::task::JoinHandle;
+use tower_cancel::{CancelReason, Connection, Request, Response};
+
+use self::state::State;
+pub(crate) use self::{
+    endpoint::{Endpoint, Protocol, Settings},
+    router::mount,
+    running::{Running, RunningGuard},
+};
+pub use self::{
+    limits::{DEFAULT_MAX_BODY_BYTES, MAX_ID_BYTES},
+    link::{Link, OnHangUp},
+};
+use crate::call::{self, RpcService};
+
+/// A front end's handle on the skeleton: its requests running, its connections open, its shutdown. Cheap to
+/// clone; every front end gives its own with `front()`, and a front end built outside this crate makes one with
+/// [`new`](Self::new).
+#[derive(Clone)]
+pub struct Front {
+    core: Arc<dyn Core>,
+}
+
+/// What the skeleton needs of a front end's shared part, whatever its protocol.
+pub(crate) trait Core: Send + Sync + 'static {
+    fn state(&self) -> &State;
+    /// The protocol's own part of the shutdown.
+    fn shut_down(&self);
+}
+
+/// What every front end counts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FrontStats {
+    /// Requests running now, each on a task of its own (a RAP call until its result is delivered). Zero means no
+    /// request of this front end holds a registry entry.
+    pub in_flight: usize,
+    /// Requests and notifications taken so far (a cancel message included).
+    pub requests: u64,
+    /// Links open now: HTTP requests being answered, WebSocket sessions.
+    pub open: usize,
+    /// Whether the shutdown has begun.
+    pub shutting_down: bool,
+}
+
+impl Front {
+    /// A skeleton of its own, for a front end that is not one of this crate's.
+    pub fn new() -> Self {
+        Endpoint::new("Front", (), Settings::default(), ()).front()
+    }
+
+    /// How many requests run now.
+    pub fn in_flight(&self) -> usize {
+        self.core.state().running.get()
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> FrontStats {
+        self.core.state().stats()
+    }
+
+    /// Whether the shutdown has begun.
+    pub fn is_shutting_down(&self) -> bool {
+        self.core.state().links.is_shutting_down()
+    }
+
+    /// Begin the shutdown: every link open now is closed with reason `Shutdown` (its requests in flight are
+    /// cancelled and answered as their protocol answers that cancel), every link opened from now on refuses its
+    /// requests (they start out cancelled the same way, and never run), and the front end ends what else it
+    /// keeps (MCP's sessions, ABP's WebSockets once their calls are answered). Returns how many requests this
+    /// cancelled; calling it again does nothing.
+    pub fn shutdown(&self) -> usize {
+        let state = self.core.state();
+        let Some(open) = state.links.shut_down() else {
+            return 0;
+        };
+        let cancelled = open
+            .iter()
+            .map(|connection| connection.close(CancelReason::Shutdown))
+            .sum();
+        self.core.shut_down();
+        state.shutdown.cancel();
+        tracing::debug!(cancelled, "shutting down");
+        cancelled
+    }
+
+    /// Resolves once the shutdown has begun.
+    pub fn shutting_down(&self) -> impl Future<Output = ()> + Send + 'static {
+        self.core.state().shutdown.clone().cancelled_owned()
+    }
+
+    /// Resolves once nothing of the front end is left: no request running, no link open. After
+    /// [`shutdown`](Self::shutdown), that is the drain: every request answered, every WebSocket closed.
+    pub fn drained(&self) -> impl Future<Output = ()> + Send + 'static {
+        let state = self.core.clone();
+        async move {
+            loop {
+                let running = state.state().running.idle();
+                let links = state.state().links.empty();
+                running.await;
+                links.await;
+                let stats = state.state().stats();
+                if stats.in_flight == 0 && stats.open == 0 {
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Open `connection` as a link of this front end, until the link is dropped (see [`Link`]).
+    pub fn link(&self, connection: Connection, on_hang_up: OnHangUp) -> Link {
+        Link::new(self.clone(), connection, on_hang_up)
+    }
+
+    /// Call `service` with `request` on a task of its own, counted in [`in_flight`](Self::in_flight) until it
+    /// ends, keeping `hold` (a lease on the request's scope, say) as long. The task's output is the request's
+    /// reply: none for a notification, or where the dialect answers a cancelled request with silence; a service
+    /// error or a panic is answered -32603.
+    pub fn spawn<S: RpcService, H: Send + 'static>(
+        &self,
+        service: S,
+        request: Request,
+        hold: H,
+    ) -> JoinHandle<Option<Response>> {
+        call::spawn(service, request, (hold, self.running()))
+    }
+
+    /// One more request running, until the guard is dropped (for a front end that runs its requests itself).
+    pub(crate) fn running(&self) -> RunningGuard {
+        self.core.state().running.enter()
+    }
+}
+
+impl Default for Front {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for Front {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Front")
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
