@@ -193,7 +193,7 @@ fn on_exchange(replica: Option<Replica>) -> impl FnMut(i64) -> Request {
         Some(replica) => replica.scope("mcp:session:bench", scope),
         None => scope,
     };
-    let exchange = scope.exchange(Outbox::closed());
+    let exchange = scope.connect_exchange(Outbox::closed());
     move |id| {
         // The replica lives as long as the requests are made.
         let _ = &replica;

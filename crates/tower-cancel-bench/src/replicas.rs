@@ -21,7 +21,7 @@ use tower_cancel_redis::{testing::RedisServer, Config, RedisBus};
 async fn measure(a: &Replica, b: &Replica, samples: usize) -> Result<Vec<Duration>, String> {
     let on_a = a.scope("bench:session", Scope::with_dialect(Mcp));
     let on_b = b.scope("bench:session", Scope::with_dialect(Mcp));
-    let exchange = on_a.exchange(Outbox::closed());
+    let exchange = on_a.connect_exchange(Outbox::closed());
     let stack = CancelStack::mcp();
     let mut times = Vec::with_capacity(samples);
     for id in 0..samples as i64 {

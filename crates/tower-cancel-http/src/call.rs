@@ -44,7 +44,7 @@ where
 }
 
 /// Call `service` with `request` on a task of its own, keeping `hold` (a lease on the request's scope) until the
-/// request is over. The task's output is what [`settle`] gives.
+/// request is over. The task's output is what [`run`] gives.
 pub(crate) fn spawn<S: RpcService, H: Send + 'static>(
     service: S,
     request: Request,
@@ -52,14 +52,14 @@ pub(crate) fn spawn<S: RpcService, H: Send + 'static>(
 ) -> JoinHandle<Option<Response>> {
     tokio::spawn(async move {
         let _hold = hold;
-        settle(service, request).await
+        run(service, request).await
     })
 }
 
 /// Call `service` with `request` and wait for its reply (none for a notification, or where the dialect answers a
 /// cancelled request with silence); a service error or a panic is answered as the stack's error layer answers it
 /// (-32603).
-pub(crate) async fn settle<S: RpcService>(service: S, request: Request) -> Option<Response> {
+pub(crate) async fn run<S: RpcService>(service: S, request: Request) -> Option<Response> {
     let id = request.id().cloned();
     answer(CatchUnwind::new(service.oneshot(request)).await, id)
 }
@@ -83,8 +83,8 @@ fn answer<E: Into<BoxError>>(
 
 /// Call `service` with `request` now if it is ready at once (a [`CancelStack`](tower_cancel::CancelStack) always
 /// is), so that the request is in its scope's registry when this returns (a cancel read next finds it), and give
-/// the future of its reply, as [`settle`] answers it. A service that is not ready at once is called from the future,
-/// as [`settle`] does.
+/// the future of its reply, as [`run`] answers it. A service that is not ready at once is called from the future,
+/// as [`run`] does.
 pub(crate) fn start<S: RpcService>(
     mut service: S,
     request: Request,
@@ -97,7 +97,7 @@ pub(crate) fn start<S: RpcService>(
     async move {
         match started {
             Ok(future) => answer(CatchUnwind::new(future).await, id),
-            Err((service, request)) => settle(service, request).await,
+            Err((service, request)) => run(service, request).await,
         }
     }
 }

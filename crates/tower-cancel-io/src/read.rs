@@ -28,7 +28,7 @@ use crate::{
     config::Config,
     frame::FrameError,
     in_flight::InFlight,
-    settled::{panicked, settle, Settled},
+    settled::{outcome_of, panicked, Settled},
     spawned::{Spawn, Spawned},
 };
 
@@ -239,7 +239,7 @@ where
                 self.answer((id, Err(Box::new(failure))));
                 continue;
             }
-            // A panic in `call` itself is caught here in either mode; one in the future, by `settle` or the task.
+            // A panic in `call` itself is caught here in either mode; one in the future, by `outcome_of` or the task.
             // Notifications stay on this task even in the spawned mode: the peer's order of them is the order of
             // their effects (an editor's `didChange` edits), which tasks on several workers would not keep.
             let spawn = self.spawn.filter(|_| id.is_some());
@@ -249,7 +249,7 @@ where
                 None => Either::Left(service.call(request)),
             });
             match called {
-                Ok(Either::Left(future)) => in_flight.push_inline(settle(id, future)),
+                Ok(Either::Left(future)) => in_flight.push_inline(outcome_of(id, future)),
                 Ok(Either::Right(task)) => in_flight.push_spawned(Spawned::new(id, task)),
                 Err(payload) => self.answer((id, Err(panicked(payload)))),
             }

@@ -17,7 +17,7 @@ pub(crate) type Outcome = Result<Option<Response>, BoxError>;
 pub(crate) type Settled = (Option<Id>, Outcome);
 
 /// A request polled by the read loop: its outcome with its id.
-pub(crate) fn settle<F, E>(id: Option<Id>, future: F) -> impl Future<Output = Settled>
+pub(crate) fn outcome_of<F, E>(id: Option<Id>, future: F) -> impl Future<Output = Settled>
 where
     F: Future<Output = Result<Option<Response>, E>>,
     E: Into<BoxError>,

@@ -70,7 +70,7 @@ async fn a_cancel_on_b_stops_the_request_running_on_a() {
     let on_a = a.replica().scope("session:S", Scope::with_dialect(Mcp));
     let on_b = b.replica().scope("session:S", Scope::with_dialect(Mcp));
 
-    let reply = run(&on_a.exchange(Outbox::closed()), 7).await;
+    let reply = run(&on_a.connect_exchange(Outbox::closed()), 7).await;
     assert_eq!(
         on_b.cancel(&Id::Number(7), user_cancel()),
         CancelOutcome::Remembered
@@ -103,7 +103,7 @@ async fn a_cancel_that_overtakes_its_request_across_replicas_still_cancels_it() 
 
     let json = r#"{"jsonrpc":"2.0","id":"late","method":"tools/call"}"#;
     let Incoming::Request(request) = on_a
-        .exchange(Outbox::closed())
+        .connect_exchange(Outbox::closed())
         .receive(Message::from_slice(json.as_bytes()).unwrap())
     else {
         panic!("a request")
@@ -134,8 +134,8 @@ async fn a_cancel_for_one_scope_never_reaches_another() {
     let s_on_a = a.replica().scope("session:S", Scope::with_dialect(Mcp));
     let t_on_a = a.replica().scope("session:T", Scope::with_dialect(Mcp));
     let s_on_b = b.replica().scope("session:S", Scope::with_dialect(Mcp));
-    let in_s = run(&s_on_a.exchange(Outbox::closed()), 7).await;
-    let in_t = run(&t_on_a.exchange(Outbox::closed()), 7).await;
+    let in_s = run(&s_on_a.connect_exchange(Outbox::closed()), 7).await;
+    let in_t = run(&t_on_a.connect_exchange(Outbox::closed()), 7).await;
 
     s_on_b.cancel(&Id::Number(7), user_cancel());
     assert!(in_s.await.unwrap().is_none());
@@ -162,11 +162,11 @@ async fn redis_killed_and_restarted_mid_run() {
     let (a, b) = replicas(&server, "t:outage", config).await;
     let on_a = a.replica().scope("session:S", Scope::with_dialect(Mcp));
     let on_b = b.replica().scope("session:S", Scope::with_dialect(Mcp));
-    let across = run(&on_a.exchange(Outbox::closed()), 1).await;
+    let across = run(&on_a.connect_exchange(Outbox::closed()), 1).await;
 
     server.kill();
     // Redis is away: requests keep coming in, a local cancel works as ever, and nothing blocks.
-    let local = run(&on_a.exchange(Outbox::closed()), 2).await;
+    let local = run(&on_a.connect_exchange(Outbox::closed()), 2).await;
     assert_eq!(
         on_a.cancel(&Id::Number(2), user_cancel()),
         CancelOutcome::Cancelled
@@ -208,7 +208,7 @@ async fn redis_killed_and_restarted_mid_run() {
     .await;
 
     // After the reconnect, a cancel goes across as before.
-    let after = run(&on_a.exchange(Outbox::closed()), 3).await;
+    let after = run(&on_a.connect_exchange(Outbox::closed()), 3).await;
     on_b.cancel(&Id::Number(3), user_cancel());
     assert!(after.await.unwrap().is_none());
     assert!(on_a.registry().is_empty() && on_b.registry().is_empty());
@@ -235,7 +235,7 @@ async fn an_entry_that_is_not_a_cancel_is_counted_and_skipped() {
     // And the stream goes on working after it.
     let on_a = a.replica().scope("k", Scope::with_dialect(Mcp));
     let on_b = b.replica().scope("k", Scope::with_dialect(Mcp));
-    let reply = run(&on_a.exchange(Outbox::closed()), 1).await;
+    let reply = run(&on_a.connect_exchange(Outbox::closed()), 1).await;
     on_b.cancel(&Id::Number(1), user_cancel());
     assert!(reply.await.unwrap().is_none());
     assert!(on_a.registry().is_empty());

@@ -25,7 +25,7 @@ async fn a_cancel_posted_to_another_replica_stops_the_request_with_the_dialects_
     let on_a = a.scope("session:S", Scope::with_dialect(Mcp));
     let on_b = b.scope("session:S", Scope::with_dialect(Mcp));
 
-    let exchange_a = on_a.exchange(Outbox::closed());
+    let exchange_a = on_a.connect_exchange(Outbox::closed());
     let reply = run(
         &exchange_a,
         r#"{"jsonrpc":"2.0","id":7,"method":"tools/call"}"#,
@@ -34,7 +34,7 @@ async fn a_cancel_posted_to_another_replica_stops_the_request_with_the_dialects_
     assert_eq!(on_a.registry().len(), 1);
 
     // The cancel is POSTed to B: nothing of id 7 runs there, so B publishes it; A applies it.
-    let exchange_b = on_b.exchange(Outbox::closed());
+    let exchange_b = on_b.connect_exchange(Outbox::closed());
     let cancel = run(&exchange_b, CANCEL_7).await;
     assert!(
         cancel.await.unwrap().is_none(),
@@ -62,7 +62,7 @@ async fn the_peers_reason_and_the_canceller_travel_with_the_cancel() {
     let seen = a.stats();
     assert_eq!((seen.received, seen.pending), (1, 1));
     let on_a = a.scope("principal:alice", Scope::with_dialect(Lsp));
-    let exchange = on_a.exchange(Outbox::closed());
+    let exchange = on_a.connect_exchange(Outbox::closed());
     let mut service = ServiceBuilder::new()
         .layer(CancelStack::lsp())
         .service(service_fn(|req: Request| async move {
@@ -110,7 +110,7 @@ async fn a_cancel_that_overtakes_its_request_across_replicas_still_cancels_it() 
     assert_eq!(on_a.registry().stats().early_cancels, 1);
 
     let reply = run(
-        &on_a.exchange(Outbox::closed()),
+        &on_a.connect_exchange(Outbox::closed()),
         r#"{"jsonrpc":"2.0","id":7,"method":"tools/call"}"#,
     )
     .await;
@@ -129,12 +129,12 @@ async fn scopes_never_cross_and_a_cancel_that_hits_locally_is_not_published() {
     let t_on_a = a.scope("session:T", Scope::with_dialect(Mcp));
     let s_on_b = b.scope("session:S", Scope::with_dialect(Mcp));
     let in_s = run(
-        &s_on_a.exchange(Outbox::closed()),
+        &s_on_a.connect_exchange(Outbox::closed()),
         r#"{"jsonrpc":"2.0","id":7,"method":"x"}"#,
     )
     .await;
     let in_t = run(
-        &t_on_a.exchange(Outbox::closed()),
+        &t_on_a.connect_exchange(Outbox::closed()),
         r#"{"jsonrpc":"2.0","id":7,"method":"x"}"#,
     )
     .await;

@@ -18,8 +18,8 @@ fn code(reply: Option<Response>) -> i64 {
 #[tokio::test(flavor = "current_thread")]
 async fn a_cancel_posted_on_another_exchange_reaches_the_request() {
     let scope = Scope::with_dialect(tower_cancel::dialect::Lsp);
-    let first = scope.exchange(Outbox::closed());
-    let second = scope.exchange(Outbox::closed());
+    let first = scope.connect_exchange(Outbox::closed());
+    let second = scope.connect_exchange(Outbox::closed());
     let reply = send(&first, r#"{"jsonrpc":"2.0","id":1,"method":"slow"}"#).await;
     assert_eq!(first.in_flight(), 1);
 
@@ -36,7 +36,7 @@ async fn a_cancel_posted_on_another_exchange_reaches_the_request() {
 #[tokio::test(flavor = "current_thread")]
 async fn a_cancel_posted_before_its_request_cancels_it_on_arrival() {
     let scope = Scope::with_dialect(tower_cancel::dialect::Lsp);
-    let early = scope.exchange(Outbox::closed());
+    let early = scope.connect_exchange(Outbox::closed());
     let cancel = send(
         &early,
         r#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":"x"}}"#,
@@ -44,7 +44,7 @@ async fn a_cancel_posted_before_its_request_cancels_it_on_arrival() {
     .await;
     assert!(cancel.await.unwrap().is_none());
 
-    let late = scope.exchange(Outbox::closed());
+    let late = scope.connect_exchange(Outbox::closed());
     let reply = send(&late, r#"{"jsonrpc":"2.0","id":"x","method":"slow"}"#).await;
     assert_eq!(code(reply.await.unwrap()), -32800);
     assert!(scope.registry().is_empty());
@@ -53,8 +53,8 @@ async fn a_cancel_posted_before_its_request_cancels_it_on_arrival() {
 #[tokio::test(flavor = "current_thread")]
 async fn closing_an_exchange_cancels_only_its_own_requests() {
     let scope = Scope::with_dialect(tower_cancel::dialect::Lsp);
-    let gone = scope.exchange(Outbox::closed());
-    let staying = scope.exchange(Outbox::closed());
+    let gone = scope.connect_exchange(Outbox::closed());
+    let staying = scope.connect_exchange(Outbox::closed());
     let lost = send(&gone, r#"{"jsonrpc":"2.0","id":1,"method":"slow"}"#).await;
     let kept = send(&staying, r#"{"jsonrpc":"2.0","id":2,"method":"slow"}"#).await;
 

@@ -28,7 +28,7 @@ impl OnHangUp {
     }
 }
 
-/// One connection of a front end to its client (an HTTP request's [exchange](tower_cancel::Scope::exchange), a
+/// One connection of a front end to its client (an HTTP request's [exchange](tower_cancel::Scope::connect_exchange), a
 /// WebSocket's connection), open in the front end's table from [`Front::link`] until it is dropped.
 ///
 /// While it is open, [`Front::shutdown`] closes it with reason `Shutdown`; one opened once the shutdown has begun

@@ -39,7 +39,7 @@
 //!
 //! async fn serve_one<S: RpcService>(front: &Front, stack: S, head: &Parts, message: Message) -> Option<Response> {
 //!     // One HTTP request: an exchange of a scope of its own, whose end is a cancel where the client hangs up.
-//!     let link = front.link(Scope::new().exchange(Outbox::closed()), OnHangUp::Cancel);
+//!     let link = front.link(Scope::new().connect_exchange(Outbox::closed()), OnHangUp::Cancel);
 //!     match link.receive(message, Some(head)) {
 //!         Incoming::Request(request) => front.spawn(stack, request, ()).await.unwrap_or_default(),
 //!         Incoming::Response(_) | Incoming::Consumed => None,

@@ -299,7 +299,7 @@ async fn serve<S: RpcService>(
     // Nothing but the replies goes back over plain HTTP (no progress, no requests of the server's own).
     let front = endpoint.front();
     let link = front.link(
-        scope.exchange(Outbox::closed()),
+        scope.connect_exchange(Outbox::closed()),
         OnHangUp::cancel_if(config.cancel_on_disconnect),
     );
     let (batch, messages) = match body::parse(&bytes, true) {

@@ -409,7 +409,9 @@ impl<S: RpcService> Post<S> {
         // Each stateless request is a scope of its own: nothing else can name it, and its stream is its cancel.
         let scope = Scope::with_dialect(Mcp);
         let (outbox, receiver) = Outbox::new();
-        let link = self.front.link(scope.exchange(outbox), OnHangUp::Cancel);
+        let link = self
+            .front
+            .link(scope.connect_exchange(outbox), OnHangUp::Cancel);
         let request = match link.receive(Message::Request(request), Some(&parts)) {
             Incoming::Request(request) => with_revision(request, revision),
             Incoming::Response(_) | Incoming::Consumed => {
@@ -473,7 +475,7 @@ impl<S: RpcService> Post<S> {
                 let session = Arc::new(session);
                 let (outbox, receiver) = Outbox::new();
                 let link = self.front.link(
-                    session.scope().exchange(outbox),
+                    session.scope().connect_exchange(outbox),
                     OnHangUp::cancel_if(self.config().cancel_in_sessions),
                 );
                 let revision = Revision::Session {
@@ -522,7 +524,7 @@ impl<S: RpcService> Post<S> {
         let scope = replica.forwarding(session::replica_key(session_id), Scope::with_dialect(Mcp));
         let link = self
             .front
-            .link(scope.exchange(Outbox::closed()), OnHangUp::RunOn);
+            .link(scope.connect_exchange(Outbox::closed()), OnHangUp::RunOn);
         if let Incoming::Request(request) = link.receive(message, None) {
             call::reply(self.front.spawn(self.endpoint.service.clone(), request, ())).await;
         }
@@ -548,9 +550,10 @@ impl<S: RpcService> Post<S> {
             )
                 .into_response();
         }
-        let link = self
-            .front
-            .link(session.scope().exchange(Outbox::closed()), OnHangUp::RunOn);
+        let link = self.front.link(
+            session.scope().connect_exchange(Outbox::closed()),
+            OnHangUp::RunOn,
+        );
         let Incoming::Request(request) = link.receive(message, Some(&parts)) else {
             unreachable!("an initialize request")
         };

@@ -16,7 +16,7 @@
 //!   (`"session:<id>"`, `"principal:<name>"`). Scopes never cross: a cancel published for one key reaches that
 //!   key's scope on each replica and nothing else.
 //! - Only a cancel that *misses* locally is published ([`Scope::cancel`](crate::Scope::cancel), or a peer's cancel
-//!   on an [exchange](crate::Scope::exchange), that finds no request in flight): a request that is never
+//!   on an [exchange](crate::Scope::connect_exchange), that finds no request in flight): a request that is never
 //!   cancelled costs nothing, nor does one cancelled where it runs. A cancel that arrives from the bus is applied
 //!   as a local one (the same lifecycle, so the same reply rules; its reason kept) and never published again.
 //! - A remote cancel for an id not in flight is remembered in the scope's early-cancel window, as a local one is,

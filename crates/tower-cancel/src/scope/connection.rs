@@ -85,7 +85,7 @@ impl Connection {
     // envelope (`request.rs`): a connection is what a request carries, so it stands below it.
 
     /// A peer's cancel message: cancel this connection's request `id`, or remember the cancel for it. On an
-    /// [exchange](Scope::exchange) the cancel reaches the request `id` of the whole scope instead.
+    /// [exchange](Scope::connect_exchange) the cancel reaches the request `id` of the whole scope instead.
     ///
     /// On an exchange of a scope attached to a replica ([`Replica::scope`](crate::bus::Replica::scope)), a cancel
     /// that finds nothing in flight here is also published to the other replicas.
@@ -94,7 +94,7 @@ impl Connection {
     }
 
     /// A peer's cancel message that its dialect answers (ABP's `capabilities/cancel`): cancel this connection's
-    /// request `id` (the scope's, on an [exchange](Scope::exchange)) and say what the cancel did, as the request's
+    /// request `id` (the scope's, on an [exchange](Scope::connect_exchange)) and say what the cancel did, as the request's
     /// lifecycle decided it, atomically with the race against its completion (see [`CancelAck`]). An id not in
     /// flight is remembered as an early cancel, as with [`cancel`](Self::cancel).
     ///

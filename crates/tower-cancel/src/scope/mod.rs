@@ -21,7 +21,7 @@
 //! - ids are per connection: the same id in flight on two connections is two requests, and only a second one on
 //!   the same connection is a duplicate (-32600);
 //! - a peer's cancel message reaches the request of that id on its own connection ([`Connection::cancel`]),
-//!   except on an [exchange](Scope::exchange) (an HTTP request of a session), whose cancels reach the whole scope;
+//!   except on an [exchange](Scope::connect_exchange) (an HTTP request of a session), whose cancels reach the whole scope;
 //!   [`Scope::cancel`] reaches every request of that id in the scope (a cancel for the whole scope, such as one
 //!   an HTTP principal posts separately, or another replica's);
 //! - closing or shutting down a connection ([`Connection::close`], [`Connection::refuse_new`]) touches only that
@@ -148,7 +148,7 @@ impl Scope {
     /// the scope (usually on another exchange: the client POSTs its cancel separately), or is remembered for the
     /// scope when that request has not arrived yet. Closing it touches its own requests only, as for a
     /// connection: a client that hangs up on one HTTP request cancels what that request carried.
-    pub fn exchange(&self, outbox: Outbox) -> Connection {
+    pub fn connect_exchange(&self, outbox: Outbox) -> Connection {
         Connection::new(self.clone(), outbox, Cancels::Scope)
     }
 

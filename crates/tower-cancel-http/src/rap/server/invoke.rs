@@ -157,13 +157,13 @@ async fn run<S: RpcService>(
     // (it waits at its callback), so there is no hang-up to make a cancel of.
     let front = server.endpoint.front();
     let link = front.link(
-        hold.thread().scope().exchange(Outbox::closed()),
+        hold.thread().scope().connect_exchange(Outbox::closed()),
         OnHangUp::RunOn,
     );
     link.prepare(&mut request, Some(&parts));
     request.extensions_mut().insert(ToolCall::of(&invocation));
     let outcome = match refusal {
-        None => call::settle(server.endpoint.service.clone(), request).await,
+        None => call::run(server.endpoint.service.clone(), request).await,
         // Answered without the handler, but through a cancel layer of the thread all the same, so that a cancel
         // that came before the invocation still means no result.
         Some(refusal) => {
@@ -172,7 +172,7 @@ async fn run<S: RpcService>(
                 .service(service_fn(move |_: Request| {
                     std::future::ready(Err::<Value, _>(refusal.clone()))
                 }));
-            call::settle(refuse, request).await
+            call::run(refuse, request).await
         }
     }
     .map(|reply| reply.outcome);
