@@ -189,7 +189,6 @@ impl<K: Hash + Eq, V> Window<K, V> {
     }
 
     /// Take every value kept under `key` out of the window, oldest first.
-    #[allow(dead_code)] // for the bus's pending cancels, made a user in the next commit
     pub(crate) fn take_all<Q>(&mut self, key: &Q) -> Vec<V>
     where
         K: Borrow<Q>,
