@@ -140,8 +140,9 @@ impl<K: Hash + Eq, V> Window<K, V> {
         let mut dropped = 0;
         let own = self
             .index
-            .find(hash, |run| self.slots[run.first].key() == &key);
-        if let Some(&Run { first, len, .. }) = own {
+            .find(hash, |run| self.slots[run.first].key() == &key)
+            .copied();
+        if let Some(Run { first, len, .. }) = own {
             if len >= self.max_per_key {
                 self.pop_first(hash, |_, run| run.first == first);
                 dropped += 1;
@@ -155,7 +156,7 @@ impl<K: Hash + Eq, V> Window<K, V> {
             }
             dropped += 1;
         }
-        self.push(hash, key, value, cost);
+        self.push(hash, key, value, cost, own.is_some());
         Some(dropped)
     }
 
@@ -278,8 +279,9 @@ impl<K: Hash + Eq, V> Window<K, V> {
         Some(self.release(first))
     }
 
-    /// Put a new entry at the newest end of the window and of its key's run.
-    fn push(&mut self, hash: u64, key: K, value: V, cost: usize) {
+    /// Put a new entry at the newest end of the window and of its key's run (`had_run`: whether the key had one
+    /// before room was made; if not, it has none now).
+    fn push(&mut self, hash: u64, key: K, value: V, cost: usize, had_run: bool) {
         let older = self.newest;
         let slot = self.alloc(Entry {
             key,
@@ -298,13 +300,17 @@ impl<K: Hash + Eq, V> Window<K, V> {
         self.len += 1;
         self.bytes += cost;
 
-        // Looked up again: making room may have emptied the key's run, or moved it.
+        // Looked up again, if there was one: making room may have emptied the key's run, or moved its start. A key
+        // new to the window (the common case) pays for no second lookup.
         let slots = &self.slots;
         let key = slots[slot].key();
-        match self
-            .index
-            .find_mut(hash, |run| slots[run.first].key() == key)
-        {
+        let run = if had_run {
+            self.index
+                .find_mut(hash, |run| slots[run.first].key() == key)
+        } else {
+            None
+        };
+        match run {
             Some(run) => {
                 let last = run.last;
                 run.last = slot;
@@ -577,8 +583,8 @@ mod tests {
         let compared = COMPARED.with(Cell::get) - compared;
         // The new key once, the oldest once to find its run (found by slot, not by key), no scan of the others.
         assert_eq!(hashed, 2);
-        // The new key against the keys whose hash shares its tag, twice (the run's lookup before and after making
-        // room): rarely any, whatever the window holds, where a scan would compare thousands.
+        // The new key against the keys whose hash shares its tag: rarely any, whatever the window holds, where a
+        // scan would compare thousands.
         assert!(compared <= 16, "{compared} keys compared");
         assert_eq!(window.get(&Counted(0)), None);
         assert_eq!(window.get(&Counted(1)), Some(&1));
