@@ -73,7 +73,7 @@ async fn handler(request: Request) -> Result<Value, BoxError> {
 }
 
 /// Serve `input` and return what the server wrote.
-async fn serve<D: Dialect>(stack: CancelStack<D>, framing: Framing, input: &[u8]) -> Vec<u8> {
+async fn serve<D: Dialect + Clone>(stack: CancelStack<D>, framing: Framing, input: &[u8]) -> Vec<u8> {
     let service = ServiceBuilder::new()
         .layer(stack)
         .service(service_fn(handler));

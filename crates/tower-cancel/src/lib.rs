@@ -110,6 +110,7 @@ mod session;
 mod stack;
 pub mod timeout;
 pub mod unwind;
+mod window;
 
 pub use cancel::{CancelLayer, Cancelled, Mode, Panicked, Unavailable};
 pub use cascade::CascadeLayer;

@@ -1,8 +1,18 @@
 //! Remote cancels for scopes this replica has not made yet, kept until one is made under their key.
-
-use std::collections::{HashMap, VecDeque};
+//!
+//! # Bounds
+//!
+//! A [`Window`] keyed by the scope's key, bounded in entries and in bytes over all keys and in entries per key:
+//! when a bound would be passed, the key's own oldest cancel goes first if the key is at its bound (a flood of
+//! cancels for one scope cannot push out the others'), then the oldest overall. A cancel larger than the whole
+//! budget is not kept.
+//!
+//! # Invariants
+//!
+//! - A key's cancels come back in the order they arrived, and taking them forgets them.
 
 use super::RemoteCancel;
+use crate::window::Window;
 
 /// How many remote cancels a replica keeps for scopes it does not have, over all keys.
 pub const PENDING_CAPACITY: usize = 4096;
@@ -13,39 +23,30 @@ pub const PENDING_BYTES: usize = 1024 * 1024;
 /// How many of them one key may hold: a flood of cancels for one scope cannot push out the others'.
 pub const PENDING_PER_SCOPE: usize = 256;
 
-/// What an entry costs besides its heap bytes: the cancel itself, its place in the order and in the map.
+/// What an entry costs besides its heap bytes: the cancel itself, its slot in the window and its key's place in
+/// the window's index.
 const ENTRY_OVERHEAD: usize = 160;
 
-/// The window, oldest forgotten first. Each key's cancels are in arrival order; `order` lists every entry by a
-/// sequence number so the oldest overall is found in O(1) (entries already taken are skipped when met).
+/// The window, by the key of the scope each cancel is for.
 #[derive(Debug)]
 pub(super) struct Pending {
-    by_scope: HashMap<String, VecDeque<(u64, RemoteCancel)>>,
-    order: VecDeque<(u64, String)>,
-    next_seq: u64,
-    len: usize,
-    bytes: usize,
-    max_entries: usize,
-    max_bytes: usize,
-    max_per_scope: usize,
+    window: Window<String, RemoteCancel>,
 }
 
 impl Pending {
     pub(super) fn new(max_entries: usize, max_bytes: usize, max_per_scope: usize) -> Self {
         Self {
-            by_scope: HashMap::new(),
-            order: VecDeque::new(),
-            next_seq: 0,
-            len: 0,
-            bytes: 0,
-            max_entries,
-            max_bytes,
-            max_per_scope,
+            window: Window::new(max_entries, max_bytes).per_key(max_per_scope),
         }
     }
 
     pub(super) fn len(&self) -> usize {
-        self.len
+        self.window.len()
+    }
+
+    #[cfg(test)]
+    fn bytes(&self) -> usize {
+        self.window.bytes()
     }
 
     /// Keep `cancel`. Returns how many older cancels were forgotten to make room (its key's oldest first when the
@@ -53,87 +54,12 @@ impl Pending {
     /// is off).
     pub(super) fn keep(&mut self, cancel: RemoteCancel) -> Option<u64> {
         let cost = cancel.heap_bytes() + ENTRY_OVERHEAD;
-        if self.max_entries == 0 || self.max_per_scope == 0 || cost > self.max_bytes {
-            return None;
-        }
-        let mut dropped = 0;
-        if self
-            .by_scope
-            .get(&cancel.scope)
-            .is_some_and(|own| own.len() >= self.max_per_scope)
-        {
-            self.forget_oldest_of(&cancel.scope);
-            dropped += 1;
-        }
-        while self.len >= self.max_entries || self.bytes + cost > self.max_bytes {
-            self.forget_oldest();
-            dropped += 1;
-        }
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        self.order.push_back((seq, cancel.scope.clone()));
-        self.by_scope
-            .entry(cancel.scope.clone())
-            .or_default()
-            .push_back((seq, cancel));
-        self.len += 1;
-        self.bytes += cost;
-        self.compact();
-        Some(dropped)
+        self.window.remember(cancel.scope.clone(), cancel, cost)
     }
 
     /// Every cancel kept for `scope`, oldest first; the window forgets them.
     pub(super) fn take(&mut self, scope: &str) -> Vec<RemoteCancel> {
-        let Some(own) = self.by_scope.remove(scope) else {
-            return Vec::new();
-        };
-        self.len -= own.len();
-        own.into_iter()
-            .map(|(_, cancel)| {
-                self.bytes -= cancel.heap_bytes() + ENTRY_OVERHEAD;
-                cancel
-            })
-            .collect()
-    }
-
-    fn forget_oldest(&mut self) {
-        while let Some((seq, scope)) = self.order.pop_front() {
-            let Some(own) = self.by_scope.get_mut(&scope) else {
-                continue;
-            };
-            // The key's oldest entry is the oldest overall only if it is this one; otherwise this one was taken.
-            if own.front().is_some_and(|(first, _)| *first == seq) {
-                self.forget_oldest_of(&scope);
-                return;
-            }
-        }
-    }
-
-    fn forget_oldest_of(&mut self, scope: &str) {
-        let Some(own) = self.by_scope.get_mut(scope) else {
-            return;
-        };
-        if let Some((_, cancel)) = own.pop_front() {
-            self.len -= 1;
-            self.bytes -= cancel.heap_bytes() + ENTRY_OVERHEAD;
-        }
-        if own.is_empty() {
-            self.by_scope.remove(scope);
-        }
-    }
-
-    /// `order` keeps entries that were taken or forgotten per key until they reach its front: rebuild it when it
-    /// holds many more of those than live entries, so it stays within a constant factor of the window.
-    fn compact(&mut self) {
-        if self.order.len() > 2 * self.len + 64 {
-            let mut live: Vec<(u64, String)> = self
-                .by_scope
-                .iter()
-                .flat_map(|(scope, own)| own.iter().map(move |(seq, _)| (*seq, scope.clone())))
-                .collect();
-            live.sort_unstable_by_key(|(seq, _)| *seq);
-            self.order = live.into();
-        }
+        self.window.take_all(scope)
     }
 }
 
@@ -160,7 +86,7 @@ mod tests {
         assert_eq!(pending.len(), 1);
         assert!(pending.take("s").is_empty());
         assert_eq!(ids(pending.take("t")), vec![Id::Number(2)]);
-        assert_eq!((pending.len(), pending.bytes), (0, 0));
+        assert_eq!((pending.len(), pending.bytes()), (0, 0));
     }
 
     #[test]
@@ -199,7 +125,7 @@ mod tests {
             let id = Id::String(format!("{id:02}"));
             pending.keep(RemoteCancel::new("s", id, CancelReason::Timeout, ""));
         }
-        assert_eq!((pending.len(), pending.bytes), (3, budget));
+        assert_eq!((pending.len(), pending.bytes()), (3, budget));
         let huge = Id::String("x".repeat(budget));
         assert_eq!(
             pending.keep(RemoteCancel::new("s", huge, CancelReason::Timeout, "")),
@@ -223,6 +149,6 @@ mod tests {
             pending.take(&format!("k{round}"));
         }
         assert_eq!(pending.len(), 0);
-        assert!(pending.order.len() <= 64 + 1);
+        assert!(pending.window.slots() <= 64 + 1);
     }
 }

@@ -3,34 +3,26 @@
 //!
 //! # Bounds
 //!
-//! The memory is bounded twice: in entries and in bytes. An entry costs its id's and its reason's heap bytes plus
-//! a fixed overhead ([`ENTRY_OVERHEAD`]), so a peer that sends cancels with ids as long as a frame allows pins at
+//! A [`Window`] bounded twice: in entries and in bytes. An entry costs its id's and its reason's heap bytes plus a
+//! fixed overhead ([`ENTRY_OVERHEAD`]), so a peer that sends cancels with ids as long as a frame allows pins at
 //! most the byte budget, not the entry count times the frame size. When either bound would be passed, the oldest
-//! entries are forgotten first; an entry larger than the whole budget is not remembered at all. Each id is stored
-//! once (the map's key); the order lives in a sequence number beside the reason.
+//! entries are forgotten first (in O(1) each); an entry larger than the whole budget is not remembered at all.
+//!
+//! # Invariants
+//!
+//! - One entry per (connection, id): a cancel already remembered changes nothing, neither its reason nor its age.
+//! - A request takes the cancel of its own connection first, then the scope's (connection 0).
 
-use std::collections::{hash_map::Entry, HashMap};
+use crate::{message::Id, reason::CancelReason, window::Window};
 
-use crate::{message::Id, reason::CancelReason};
-
-/// The bytes an entry costs besides its id's and its reason's text: the map's key and value and the table's slot.
+/// The bytes an entry is counted besides its id's and its reason's text: its slot in the window and its key's
+/// place in the window's index.
 pub(crate) const ENTRY_OVERHEAD: usize = 96;
 
 /// Cancels for ids not in flight, keyed by the connection they came from (0: the whole scope) and the id.
 #[derive(Debug)]
 pub(super) struct EarlyCancels {
-    entries: HashMap<(u64, Id), Early>,
-    next_seq: u64,
-    bytes: usize,
-    max_entries: usize,
-    max_bytes: usize,
-}
-
-#[derive(Debug)]
-struct Early {
-    seq: u64,
-    bytes: usize,
-    reason: CancelReason,
+    window: Window<(u64, Id), CancelReason>,
 }
 
 /// What [`EarlyCancels::remember`] did.
@@ -47,77 +39,47 @@ pub(super) enum Remembered {
 impl EarlyCancels {
     pub(super) fn new(max_entries: usize, max_bytes: usize) -> Self {
         Self {
-            entries: HashMap::new(),
-            next_seq: 0,
-            bytes: 0,
-            max_entries,
-            max_bytes,
+            window: Window::new(max_entries, max_bytes).per_key(1),
         }
     }
 
     pub(super) fn len(&self) -> usize {
-        self.entries.len()
+        self.window.len()
     }
 
     pub(super) fn bytes(&self) -> usize {
-        self.bytes
+        self.window.bytes()
     }
 
     pub(super) fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.window.is_empty()
     }
 
     pub(super) fn remember(&mut self, conn: u64, id: &Id, reason: CancelReason) -> Remembered {
-        let bytes = cost(id, &reason);
-        if self.max_entries == 0 || bytes > self.max_bytes {
+        let cost = cost(id, &reason);
+        // Checked before the id is copied: an id too large to keep is not copied for nothing.
+        if !self.window.admits(cost) {
             return Remembered::TooLarge;
         }
-        if self.entries.contains_key(&(conn, id.clone())) {
+        let key = (conn, id.clone());
+        if self.window.contains(&key) {
             return Remembered::Again;
         }
-        let mut dropped = 0;
-        while self.entries.len() >= self.max_entries || self.bytes + bytes > self.max_bytes {
-            self.forget_oldest();
-            dropped += 1;
+        match self.window.remember(key, reason, cost) {
+            Some(dropped) => Remembered::Kept { dropped },
+            None => Remembered::TooLarge,
         }
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        self.bytes += bytes;
-        self.entries
-            .insert((conn, id.clone()), Early { seq, bytes, reason });
-        Remembered::Kept { dropped }
     }
 
     /// Take the cancel remembered for `id` on connection `conn`, or else for `id` in the whole scope.
     pub(super) fn take(&mut self, conn: u64, id: Id) -> Option<CancelReason> {
         let mut key = (conn, id);
-        let found = self.take_key(&key);
+        let found = self.window.take(&key);
         if found.is_some() || conn == 0 {
             return found;
         }
         key.0 = 0;
-        self.take_key(&key)
-    }
-
-    fn take_key(&mut self, key: &(u64, Id)) -> Option<CancelReason> {
-        let early = self.entries.remove(key)?;
-        self.bytes -= early.bytes;
-        Some(early.reason)
-    }
-
-    fn forget_oldest(&mut self) {
-        // A scan, but only when the memory is full: at most `max_entries` steps, and only for a peer that keeps
-        // cancelling ids it never sends.
-        let oldest = self
-            .entries
-            .iter()
-            .min_by_key(|(_, early)| early.seq)
-            .map(|(key, _)| key.clone());
-        if let Some(key) = oldest {
-            if let Entry::Occupied(entry) = self.entries.entry(key) {
-                self.bytes -= entry.remove().bytes;
-            }
-        }
+        self.window.take(&key)
     }
 }
 

@@ -4,18 +4,21 @@
 //!
 //! # Bounds
 //!
-//! Bounded in entries and in bytes, like the early-cancel memory: an entry costs its id's heap bytes plus
-//! [`ENTRY_OVERHEAD`]; the oldest entries are forgotten first, and an id larger than the whole budget is not kept.
-//! A forgotten request is answered as an unknown one. Unlike the early-cancel memory, this one takes an entry for
-//! every request that ends, so forgetting is O(1): the order is a queue beside the map, each queue slot naming the
-//! map entry by its sequence number (a slot whose entry was replaced or taken is skipped when it reaches the front).
+//! A [`Window`] bounded in entries and in bytes, like the early-cancel memory: an entry costs its id's heap bytes
+//! (counted twice) plus [`ENTRY_OVERHEAD`]; the oldest entries are forgotten first, and an id larger than the whole
+//! budget is not kept. A forgotten request is answered as an unknown one. Unlike the early-cancel memory, this one
+//! takes an entry for every request that ends, which the window's O(1) forgetting of its oldest makes cheap.
+//!
+//! # Invariants
+//!
+//! - One entry per id, whatever its connection: in a scope shared by connections, the last request of an id to
+//!   end is the one kept, as the newest entry.
+//! - A request in flight is not remembered as finished: registering it forgets its id here.
 
-use std::collections::{HashMap, VecDeque};
+use crate::{message::Id, window::Window};
 
-use crate::message::Id;
-
-/// The bytes an entry costs besides its id's text: the map's key and value, and the queue's slot with its copy of
-/// the key.
+/// The bytes an entry is counted besides its id's text: its slot in the window and its key's place in the
+/// window's index.
 pub(crate) const ENTRY_OVERHEAD: usize = 128;
 
 /// How a finished request ended.
@@ -29,72 +32,43 @@ pub(super) enum Ended {
 
 #[derive(Debug)]
 pub(super) struct FinishedRequests {
-    // Keyed by id alone: in a scope shared by connections, the last request of an id to end is the one kept.
-    entries: HashMap<Id, Finished>,
-    order: VecDeque<(Id, u64)>,
-    next_seq: u64,
-    bytes: usize,
-    max_entries: usize,
-    max_bytes: usize,
+    window: Window<Id, Finished>,
 }
 
 #[derive(Debug)]
 struct Finished {
     conn: u64,
-    seq: u64,
-    bytes: usize,
     ended: Ended,
 }
 
 impl FinishedRequests {
     pub(super) fn new(max_entries: usize, max_bytes: usize) -> Self {
         Self {
-            entries: HashMap::new(),
-            order: VecDeque::new(),
-            next_seq: 0,
-            bytes: 0,
-            max_entries,
-            max_bytes,
+            // One entry per id: remembering an id again replaces the entry, and makes it the newest.
+            window: Window::new(max_entries, max_bytes).per_key(1),
         }
     }
 
     pub(super) fn len(&self) -> usize {
-        self.entries.len()
+        self.window.len()
     }
 
     pub(super) fn bytes(&self) -> usize {
-        self.bytes
+        self.window.bytes()
     }
 
     /// Remember that request `id` of connection `conn` ended as `ended`, replacing what was remembered of an
     /// earlier request with that id (of any connection).
     pub(super) fn remember(&mut self, conn: u64, id: &Id, ended: Ended) {
-        let bytes = cost(id);
-        if self.max_entries == 0 || bytes > self.max_bytes {
-            return;
-        }
-        self.forget(id);
-        while self.entries.len() >= self.max_entries || self.bytes + bytes > self.max_bytes {
-            if !self.forget_oldest() {
-                break;
-            }
-        }
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        self.bytes += bytes;
-        let finished = Finished {
-            conn,
-            seq,
-            bytes,
-            ended,
-        };
-        self.entries.insert(id.clone(), finished);
-        self.order.push_back((id.clone(), seq));
+        // What was forgotten to make room is not counted: a forgotten request is answered as an unknown one.
+        let _dropped = self
+            .window
+            .remember(id.clone(), Finished { conn, ended }, cost(id));
     }
 
     /// How request `id` of connection `conn` ended (of any connection, for `WHOLE_SCOPE`), if it is remembered.
     pub(super) fn get(&self, conn: u64, id: &Id) -> Option<Ended> {
-        self.entries
+        self.window
             .get(id)
             .filter(|finished| conn == super::WHOLE_SCOPE || finished.conn == conn)
             .map(|finished| finished.ended)
@@ -102,40 +76,15 @@ impl FinishedRequests {
 
     /// Forget request `id` (a new request with that id is in flight).
     pub(super) fn forget(&mut self, id: &Id) {
-        if let Some(finished) = self.entries.remove(id) {
-            self.bytes -= finished.bytes;
-        }
-        // Its queue slot stays until it reaches the front, where it is skipped.
-        self.compact();
-    }
-
-    fn forget_oldest(&mut self) -> bool {
-        while let Some((key, seq)) = self.order.pop_front() {
-            if self.entries.get(&key).is_some_and(|f| f.seq == seq) {
-                if let Some(finished) = self.entries.remove(&key) {
-                    self.bytes -= finished.bytes;
-                }
-                return true;
-            }
-        }
-        false
-    }
-
-    /// Drop stale queue slots once they outnumber the live entries, so that a peer reusing ids cannot grow the
-    /// queue without bound.
-    fn compact(&mut self) {
-        if self.order.len() > 2 * self.entries.len() + 16 {
-            let entries = &self.entries;
-            self.order
-                .retain(|(key, seq)| entries.get(key).is_some_and(|f| f.seq == *seq));
-        }
+        self.window.forget(id);
     }
 }
 
 fn cost(id: &Id) -> usize {
     let id_bytes = match id {
         Id::Number(_) => 0,
-        // Twice: the map's key and the queue's copy.
+        // Twice, though the window holds one copy: the budgets in use (`DEFAULT_FINISHED_BYTES`, and those callers
+        // pass) are sized on this count and `Stats::finished_bytes` reports it. An over-count errs on the safe side.
         Id::String(s) => 2 * s.len(),
     };
     ENTRY_OVERHEAD + id_bytes
@@ -185,7 +134,7 @@ mod tests {
         finished.remember(1, &Id::from("same"), Ended::Cancelled);
         assert_eq!(finished.len(), 1);
         assert_eq!(finished.get(1, &Id::from("same")), Some(Ended::Cancelled));
-        assert!(finished.order.len() <= 2 * finished.len() + 17);
+        assert!(finished.window.slots() <= 2 * finished.len() + 17);
         finished.forget(&Id::from("same"));
         assert_eq!((finished.len(), finished.bytes()), (0, 0));
     }
