@@ -1,40 +1,11 @@
-//! How a request ended when it was not its handler's answer ([`Cancelled`], [`Panicked`], [`Unavailable`]), and what
-//! a cancel did ([`CancelOutcome`], [`CancelAck`]).
+//! How a request ended when it was neither its handler's answer nor a cancel ([`Panicked`], [`Unavailable`]; a
+//! cancel's outcome, [`Cancelled`](crate::Cancelled), is with its reason), and what a cancel did
+//! ([`CancelOutcome`], [`CancelAck`]).
 
 use std::fmt;
 
-use crate::reason::CancelReason;
-
 /// The boxed error type of the layers.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-/// The request was cancelled: the outcome of a request whose cancel won the race against its handler.
-///
-/// The [`ErrorMapLayer`](crate::ErrorMapLayer) turns it into the dialect's cancelled reply (or no reply).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Cancelled {
-    reason: CancelReason,
-}
-
-impl Cancelled {
-    /// A cancellation for `reason`, for layers and services of your own that settle a request as cancelled.
-    pub fn new(reason: CancelReason) -> Self {
-        Self { reason }
-    }
-
-    /// Why the request was cancelled.
-    pub fn reason(&self) -> &CancelReason {
-        &self.reason
-    }
-}
-
-impl fmt::Display for Cancelled {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "request cancelled ({})", self.reason)
-    }
-}
-
-impl std::error::Error for Cancelled {}
 
 /// The handler panicked: the request's outcome is a failure (-32603), unless a cancel settled it first.
 ///

@@ -95,7 +95,10 @@ pub use self::{
     future::ResponseFuture,
     layer::{CancelLayer, Mode},
 };
-pub use crate::outcome::{Cancelled, Panicked, Unavailable};
+pub use crate::{
+    outcome::{Panicked, Unavailable},
+    reason::Cancelled,
+};
 use crate::{
     dialect::Dialect, dispatch::Dispatch, outcome::BoxError, registry::Registry, request::Request,
     scope::Connection,

@@ -55,7 +55,8 @@ pub use self::{future::ResponseFuture, layer::ErrorMapLayer};
 use crate::{
     dialect::{CancelledReply, Dialect},
     message::{ErrorObject, Id, Response},
-    outcome::{BoxError, Cancelled, Panicked, Unavailable},
+    outcome::{BoxError, Panicked, Unavailable},
+    reason::Cancelled,
     registry::DuplicateId,
     request::Request,
 };

@@ -12,8 +12,8 @@ use tower_service::Service;
 use crate::{
     context::RequestContext,
     dispatch::Dispatch,
-    outcome::{BoxError, Cancelled},
-    reason::CancelReason,
+    outcome::BoxError,
+    reason::{CancelReason, Cancelled},
     request::Request,
 };
 
