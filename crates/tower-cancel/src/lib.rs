@@ -99,6 +99,7 @@ pub mod message;
 pub mod metrics;
 pub mod outbox;
 mod outcome;
+pub mod outgoing;
 pub mod peer;
 pub mod progress;
 mod progress_update;

@@ -1,11 +1,16 @@
 //! The runtime's side of a tool call: invoke a tool server, wait for the result at the runtime's callback, and
 //! cancel the call (notifying every tool server) when the caller gives up.
+//!
+//! The waiting is the core's [`Outgoing`] race (the invocation and its result against the caller's token, the
+//! timeout and the future's drop), the same as a `Peer`'s calls and the ABP agent's; this file says only what RAP
+//! does on each way it ends: take the call out of the table and, unless no tool server took it, POST
+//! `cancel_tool_call` to every one without waiting.
 
 use std::{
     collections::HashMap,
     fmt,
     future::{Future, IntoFuture},
-    pin::Pin,
+    pin::{pin, Pin},
     sync::{
         atomic::{AtomicU64, Ordering},
         Arc, Mutex, MutexGuard,
@@ -18,6 +23,7 @@ use http::StatusCode;
 use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
+use tower_cancel::outgoing::{Event, Outgoing, Owner, Stage};
 
 use super::{
     notifier::Notifier,
@@ -277,10 +283,9 @@ impl OutgoingCall {
         }
         // From here on, however this future ends before its result (dropped, timed out, interrupted), the call is
         // taken out of the table and the tool servers are told.
-        let mut waiting = Waiting {
+        let side = Side {
             runtime: self.runtime.clone(),
             key,
-            armed: true,
             // The cancel may be sent from a drop outside any runtime: it goes to this one.
             handle: tokio::runtime::Handle::current(),
         };
@@ -294,58 +299,63 @@ impl OutgoingCall {
         if let Some(authorize) = &self.runtime.inner.authorize {
             post = authorize(post);
         }
-        let token = self.token.unwrap_or_default();
-        let deadline = self
-            .timeout
-            .map(|timeout| tokio::time::Instant::now() + timeout);
-        let timed_out = async {
-            match deadline {
-                Some(deadline) => tokio::time::sleep_until(deadline).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::pin!(timed_out);
-
-        let acknowledge = tokio::time::timeout(ACKNOWLEDGE_TIMEOUT, post.send());
-        let acknowledged = tokio::select! {
-            response = acknowledge => match response {
-                Ok(response) => response,
-                Err(_elapsed) => {
-                    let error = CallError::Unreachable("the invocation was not acknowledged in time".into());
-                    return Err(waiting.cancel(error));
-                }
-            },
-            () = token.cancelled() => return Err(waiting.cancel(CallError::Cancelled)),
-            () = &mut timed_out => return Err(waiting.cancel(CallError::TimedOut)),
-        };
-        match acknowledged {
-            Ok(response) if response.status().is_success() => {}
-            Ok(response) => {
-                // Not accepted: no call runs there, nothing to cancel.
-                waiting.forget();
-                return Err(CallError::Refused(response.status()));
-            }
-            Err(error) if error.is_builder() => {
-                // Never sent (an unusable URL or header): nothing to cancel anywhere.
-                waiting.forget();
-                return Err(CallError::Unreachable(error.to_string()));
-            }
-            Err(error) => {
-                // It may have arrived before the connection broke: tell the servers to be sure.
-                return Err(waiting.cancel(CallError::Unreachable(error.to_string())));
-            }
+        let answer = pin!(answer(post, receiver));
+        let mut waiting = Outgoing::new(answer, side);
+        if let Some(token) = self.token {
+            waiting = waiting.cancel_on(token);
         }
-        tokio::select! {
-            // A result that is there wins over a timeout or a token firing at the same moment.
-            biased;
-            result = receiver => {
-                waiting.armed = false;
-                result.map_err(|_| CallError::Unreachable("the runtime's callback table was dropped".into()))
+        if let Some(timeout) = self.timeout {
+            waiting = waiting.timeout(timeout);
+        }
+        // A result that is there wins over a timeout or a token firing at the same moment.
+        let error = match (&mut waiting).await {
+            Event::Answered(Answer::Result(result)) => return result,
+            Event::Answered(Answer::NotTaken(error)) => {
+                waiting.owner().forget();
+                return Err(error);
             }
-            () = token.cancelled() => Err(waiting.cancel(CallError::Cancelled)),
-            () = &mut timed_out => Err(waiting.cancel(CallError::TimedOut)),
+            Event::Answered(Answer::MaybeTaken(error)) => error,
+            // No parent token is set: only the caller's.
+            Event::Cancelled | Event::ParentCancelled => CallError::Cancelled,
+            Event::TimedOut => CallError::TimedOut,
+        };
+        waiting.disarm();
+        waiting.owner().send_cancel();
+        Err(error)
+    }
+}
+
+/// What the invocation and its callback came to, when they end before the token and the timeout.
+enum Answer {
+    /// The result came to the callback (or, never while the runtime lives, the callback table went away).
+    Result(Result<ToolResult, CallError>),
+    /// The tool server did not take the invocation, or it was never sent: no call runs anywhere, nothing to cancel.
+    NotTaken(CallError),
+    /// The invocation may have arrived (the connection broke, or it was not acknowledged in time): cancel it.
+    MaybeTaken(CallError),
+}
+
+/// POST the invocation (acknowledged within [`ACKNOWLEDGE_TIMEOUT`]), then wait for its result at the callback.
+async fn answer(post: reqwest::RequestBuilder, result: oneshot::Receiver<ToolResult>) -> Answer {
+    match tokio::time::timeout(ACKNOWLEDGE_TIMEOUT, post.send()).await {
+        Ok(Ok(response)) if response.status().is_success() => {}
+        Ok(Ok(response)) => return Answer::NotTaken(CallError::Refused(response.status())),
+        // An unusable URL or header.
+        Ok(Err(error)) if error.is_builder() => {
+            return Answer::NotTaken(CallError::Unreachable(error.to_string()))
+        }
+        // It may have arrived before the connection broke: tell the servers to be sure.
+        Ok(Err(error)) => return Answer::MaybeTaken(CallError::Unreachable(error.to_string())),
+        Err(_elapsed) => {
+            let error = "the invocation was not acknowledged in time";
+            return Answer::MaybeTaken(CallError::Unreachable(error.into()));
         }
     }
+    Answer::Result(
+        result
+            .await
+            .map_err(|_| CallError::Unreachable("the runtime's callback table was dropped".into())),
+    )
 }
 
 impl IntoFuture for OutgoingCall {
@@ -368,26 +378,20 @@ impl fmt::Debug for OutgoingCall {
     }
 }
 
-/// A call waiting for its result: dropped armed (the caller's future went), it cancels the call.
-struct Waiting {
+/// The runtime's side of one call: its key, and what it does when the call ends without its result.
+struct Side {
     runtime: Runtime,
     key: Key,
-    armed: bool,
     handle: tokio::runtime::Handle,
 }
 
-impl Waiting {
-    fn cancel(&mut self, error: CallError) -> CallError {
-        self.armed = false;
-        self.send_cancel();
-        error
-    }
-
-    fn forget(&mut self) {
-        self.armed = false;
+impl Side {
+    /// The invocation was not taken: out of the table, nothing to cancel.
+    fn forget(&self) {
         self.runtime.pending_table().remove(&self.key);
     }
 
+    /// Out of the table, and every tool server told.
     fn send_cancel(&self) {
         self.runtime.pending_table().remove(&self.key);
         let _runtime = self.handle.enter();
@@ -400,12 +404,11 @@ impl Waiting {
     }
 }
 
-impl Drop for Waiting {
-    fn drop(&mut self) {
-        if self.armed {
-            tracing::debug!(thread = %self.key.0, call = %self.key.1, "a tool call given up: cancelling it");
-            self.send_cancel();
-        }
+impl Owner for Side {
+    fn dropped(&mut self, _stage: Stage) {
+        // The caller's future went before the call's end (a call that gives up by itself is disarmed first).
+        tracing::debug!(thread = %self.key.0, call = %self.key.1, "a tool call given up: cancelling it");
+        self.send_cancel();
     }
 }
 

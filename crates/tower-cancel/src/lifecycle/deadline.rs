@@ -9,7 +9,8 @@ use tokio::time::Instant;
 ///
 /// The [`TimeoutLayer`](crate::timeout::TimeoutLayer) gives each request one through
 /// [`RequestContext::set_deadline`](crate::RequestContext::set_deadline); a layer of your own can do the same.
-/// A [`PeerCall`](crate::PeerCall)'s idle timeout is one too.
+/// An outgoing call's timeout ([`Outgoing::timeout`](crate::outgoing::Outgoing::timeout): a
+/// [`PeerCall`](crate::PeerCall)'s, an ABP agent's or a RAP runtime's call) is one too.
 ///
 /// # Example
 ///

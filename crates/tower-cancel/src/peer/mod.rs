@@ -19,6 +19,10 @@
 //!
 //! The pending table is empty after every path: reply, drop, timeout, cancel, close.
 //!
+//! Each call races its reply against its tokens, its timeout and its drop with the shared
+//! [`Outgoing`](crate::outgoing::Outgoing) machine; what is the peer's own is what it does on each way a call ends
+//! (the dialect's cancel, waiting on or not, the table entry forgotten).
+//!
 //! # Example
 //!
 //! ```
@@ -242,11 +246,11 @@ impl Peer {
         // peer had started a handler for it (nested requests of a cancelled handler still being sent is a known
         // fault of other implementations).
         if self.parent.as_ref().is_some_and(Parent::is_cancelled) {
-            self.forget(&id);
+            self.shared.forget(&id);
             return call.refused();
         }
         if self.shared.outbox.send_request(&request).is_err() {
-            self.forget(&id);
+            self.shared.forget(&id);
             return call.closed();
         }
         self.shared.stats.sent.fetch_add(1, Ordering::Relaxed);
@@ -316,32 +320,33 @@ impl Peer {
         }
     }
 
+    /// How many calls are waiting and whether the connection has closed, read together (for the loom model).
+    #[cfg(all(test, loom))]
+    pub(crate) fn table_state(&self) -> (usize, bool) {
+        self.shared.table.state()
+    }
+}
+
+impl Shared {
     /// Send the dialect's cancel for call `id`, if the dialect allows one here. Returns whether it went out.
     fn send_cancel(&self, id: &Id, method: &str, reason: &CancelReason) -> bool {
-        let shared = &self.shared;
-        if !shared.dialect.may_send_cancel(method, &shared.session) {
+        if !self.dialect.may_send_cancel(method, &self.session) {
             tracing::debug!(%id, method, "no cancel sent: the dialect does not allow it here");
             return false;
         }
-        let sent = shared
+        let sent = self
             .outbox
-            .send_request(&shared.dialect.cancel_message(id, reason))
+            .send_request(&self.dialect.cancel_message(id, reason))
             .is_ok();
         if sent {
-            shared.stats.cancels_sent.fetch_add(1, Ordering::Relaxed);
+            self.stats.cancels_sent.fetch_add(1, Ordering::Relaxed);
         }
         sent
     }
 
     /// Call `id` stopped waiting: out of the table.
     fn forget(&self, id: &Id) {
-        self.shared.table.remove(id);
-    }
-
-    /// How many calls are waiting and whether the connection has closed, read together (for the loom model).
-    #[cfg(all(test, loom))]
-    pub(crate) fn table_state(&self) -> (usize, bool) {
-        self.shared.table.state()
+        self.table.remove(id);
     }
 }
 

@@ -1,5 +1,10 @@
 //! One capability call of an [`Agent`]: the builder, and the future that waits for its result and cancels the call
 //! when its caller gives up.
+//!
+//! The waiting is the core's [`Outgoing`] race (the result against the caller's token, the timeout's backstop and
+//! the future's drop), the same as a `Peer`'s calls and the RAP runtime's; this file says only what ABP does on
+//! each way it ends: send a `capabilities/cancel` and wait a grace for its acknowledgment and the result, or, on a
+//! drop, take the call out of the table and cancel it without waiting.
 
 use std::{
     fmt,
@@ -9,8 +14,9 @@ use std::{
 };
 
 use serde_json::Value;
-use tokio::{sync::oneshot, time::Instant};
+use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
+use tower_cancel::outgoing::{Event, Outgoing, Owner, Stage};
 
 use super::{
     table::{CallReply, ProgressFn},
@@ -139,24 +145,35 @@ impl AgentCall {
         });
         let agent = self.agent;
         let envelope_id = agent.next_envelope_id();
-        let (reply, mut replied) = oneshot::channel();
+        let (reply, replied) = oneshot::channel();
         let progress = progress_token.as_ref().zip(self.on_progress);
         agent
             .shared()
             .register_call(&envelope_id, reply, progress)?;
         // From here on, however this future ends before its answer, the call stops being waited for.
-        let mut waiting = Waiting {
+        let side = Side {
             agent: agent.clone(),
             envelope_id,
             call_id,
             reason: self.reason,
             cancel_id: None,
-            armed: true,
         };
+        let mut waiting = Outgoing::new(replied, side);
+        if let Some(token) = self.token {
+            waiting = waiting.cancel_on(token);
+        }
+        // The app enforces the timeout itself: the agent's backstop waits a grace longer.
+        if let Some(backstop) = self
+            .timeout
+            .and_then(|timeout| timeout.checked_add(agent.grace()))
+        {
+            waiting = waiting.timeout(backstop);
+        }
+        let side = waiting.owner();
         let options = CallOptions {
             timeout: self.timeout.map(millis),
             progress_token,
-            call_id: Some(waiting.call_id.clone()),
+            call_id: Some(side.call_id.clone()),
         };
         let call = Call {
             capability: self.capability,
@@ -164,22 +181,17 @@ impl AgentCall {
             options: Some(options),
             call_id: None,
         };
-        agent.send(types::CALL, &waiting.envelope_id, call)?;
-        let backstop = self
-            .timeout
-            .and_then(|timeout| timeout.checked_add(agent.grace()))
-            .and_then(|wait| Instant::now().checked_add(wait));
-        let gave_up = tokio::select! {
-            // A result that is there wins over a token or a backstop firing at the same moment.
-            biased;
-            reply = &mut replied => {
-                waiting.armed = false;
-                return outcome(waiting.call_id.clone(), reply, None);
+        agent.send(types::CALL, &side.envelope_id, call)?;
+        // A result that is there wins over a token or a backstop firing at the same moment.
+        let gave_up = match (&mut waiting).await {
+            Event::Answered(reply) => {
+                return outcome(waiting.owner().call_id.clone(), reply, None);
             }
-            () = cancelled(self.token.as_ref()) => GaveUp::Token,
-            () = sleep_until(backstop) => GaveUp::Backstop,
+            // No parent token is set: only the caller's.
+            Event::Cancelled | Event::ParentCancelled => GaveUp::Token,
+            Event::TimedOut => GaveUp::Backstop,
         };
-        waiting.cancel_and_wait(replied, gave_up).await
+        cancel_and_wait(waiting, gave_up).await
     }
 }
 
@@ -204,52 +216,53 @@ impl fmt::Debug for AgentCall {
     }
 }
 
-/// A call waiting for its answer. Dropped armed (its caller's future went, or gave up), it stops the call being
-/// waited for, and cancels it if no cancel was sent yet.
-struct Waiting {
+/// A call waiting for its result: the [`Outgoing`] race, owned by the agent's side of the call.
+type Waiting = Outgoing<oneshot::Receiver<CallReply>, Side>;
+
+/// The agent's side of one call: its ids, and what it does when the call is dropped before its answer.
+struct Side {
     agent: Agent,
     envelope_id: String,
     call_id: String,
     reason: Option<String>,
-    /// The envelope id of the cancel this call sent.
+    /// The envelope id of the cancel this call sent, whose acknowledgment stops being waited for when the call
+    /// goes (a no-op once it came).
     cancel_id: Option<String>,
-    armed: bool,
 }
 
-impl Waiting {
-    /// Cancel the call, and wait (within the grace) for both the acknowledgment and the call's result.
-    async fn cancel_and_wait(
-        &mut self,
-        replied: oneshot::Receiver<CallReply>,
-        gave_up: GaveUp,
-    ) -> Result<CallOutcome, AgentError> {
-        tracing::debug!(call = %self.call_id, ?gave_up, "cancelling an ABP call");
-        let (ack, acked) = oneshot::channel();
-        let cancel_id = self.agent.next_envelope_id();
-        self.agent
-            .shared()
-            .register_cancel(&cancel_id, &self.call_id, ack)?;
-        self.cancel_id = Some(cancel_id.clone());
-        let cancel = Cancel {
-            call_id: self.call_id.clone(),
-            reason: Some(self.reason_for(gave_up)),
-        };
-        self.agent.send(types::CANCEL, &cancel_id, cancel)?;
-        // The app acknowledges before it answers the call; either may be missing only if it misbehaves.
-        let exchange = async { tokio::join!(acked, replied) };
-        let Ok((ack, reply)) = tokio::time::timeout(self.agent.grace(), exchange).await else {
-            tracing::debug!(call = %self.call_id, "no acknowledgment and result within the grace");
-            return Err(AgentError::TimedOut);
-        };
-        self.armed = false;
-        let ack = match ack {
-            Ok(Ok(ack)) => ack,
-            Ok(Err(why)) => return Err(AgentError::Protocol(why)),
-            Err(_closed) => return Err(AgentError::Closed),
-        };
-        outcome(self.call_id.clone(), reply, Some(ack))
-    }
+/// Cancel the call, and wait (within the grace) for both the acknowledgment and the call's result.
+async fn cancel_and_wait(mut waiting: Waiting, gave_up: GaveUp) -> Result<CallOutcome, AgentError> {
+    let side = waiting.owner();
+    let agent = side.agent.clone();
+    tracing::debug!(call = %side.call_id, ?gave_up, "cancelling an ABP call");
+    let (ack, acked) = oneshot::channel();
+    let cancel_id = agent.next_envelope_id();
+    agent
+        .shared()
+        .register_cancel(&cancel_id, &side.call_id, ack)?;
+    let cancel = Cancel {
+        call_id: side.call_id.clone(),
+        reason: Some(side.reason_for(gave_up)),
+    };
+    waiting.owner_mut().cancel_id = Some(cancel_id.clone());
+    agent.send(types::CANCEL, &cancel_id, cancel)?;
+    // The app acknowledges before it answers the call; either may be missing only if it misbehaves.
+    let late_answer = std::future::poll_fn(|cx| waiting.poll_answer(cx));
+    let exchange =
+        tokio::time::timeout(agent.grace(), async { tokio::join!(acked, late_answer) }).await;
+    let Ok((ack, reply)) = exchange else {
+        tracing::debug!(call = %waiting.owner().call_id, "no acknowledgment and result within the grace");
+        return Err(AgentError::TimedOut);
+    };
+    let ack = match ack {
+        Ok(Ok(ack)) => ack,
+        Ok(Err(why)) => return Err(AgentError::Protocol(why)),
+        Err(_closed) => return Err(AgentError::Closed),
+    };
+    outcome(waiting.owner().call_id.clone(), reply, Some(ack))
+}
 
+impl Side {
     fn reason_for(&self, gave_up: GaveUp) -> String {
         self.reason.clone().unwrap_or_else(|| {
             match gave_up {
@@ -261,16 +274,14 @@ impl Waiting {
     }
 }
 
-impl Drop for Waiting {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let shared = self.agent.shared();
-        let was_waiting = shared.abandon_call(&self.envelope_id);
-        match &self.cancel_id {
-            Some(cancel_id) => shared.abandon_cancel(cancel_id),
-            None if was_waiting => {
+impl Owner for Side {
+    fn dropped(&mut self, stage: Stage) {
+        // Its result, when it comes, is a late one.
+        let was_waiting = self.agent.shared().abandon_call(&self.envelope_id);
+        match stage {
+            // Nothing was sent to cancel it yet; unless its result came (or the connection closed) just before the
+            // drop.
+            Stage::Waiting if was_waiting => {
                 tracing::debug!(call = %self.call_id, "an ABP call dropped before its result: cancelling it");
                 let reason = self
                     .reason
@@ -278,8 +289,16 @@ impl Drop for Waiting {
                     .unwrap_or_else(|| "the agent stopped waiting".to_owned());
                 self.agent.cancel_quietly(&self.call_id, reason);
             }
-            // Its result came (or the connection closed) just before the drop: nothing to cancel.
-            None => {}
+            // It gave up: its cancel went out (or the connection is closed), and its acknowledgment goes with `Side`.
+            Stage::Waiting | Stage::GaveUp => {}
+        }
+    }
+}
+
+impl Drop for Side {
+    fn drop(&mut self) {
+        if let Some(cancel_id) = &self.cancel_id {
+            self.agent.shared().abandon_cancel(cancel_id);
         }
     }
 }
@@ -298,20 +317,6 @@ fn outcome(
         result,
         cancel,
     })
-}
-
-async fn cancelled(token: Option<&CancellationToken>) {
-    match token {
-        Some(token) => token.cancelled().await,
-        None => std::future::pending().await,
-    }
-}
-
-async fn sleep_until(deadline: Option<Instant>) {
-    match deadline {
-        Some(deadline) => tokio::time::sleep_until(deadline).await,
-        None => std::future::pending().await,
-    }
 }
 
 fn millis(duration: Duration) -> u64 {

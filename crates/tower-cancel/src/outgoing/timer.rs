@@ -1,0 +1,97 @@
+//! An outgoing call's timeout: fixed, or idle and pushed back by activity up to a maximum.
+
+use std::{future::Future, pin::Pin, task::Context, time::Duration};
+
+use tokio::time::{Instant, Sleep};
+
+use crate::lifecycle::Deadline;
+
+/// What a call's deadline is made of, and the sleep that wakes the call when it may have passed. Set before the
+/// call is first polled, in any order; each setting remakes the deadline from the call's start.
+pub(super) struct Timeout {
+    started: Instant,
+    timeout: Option<Duration>,
+    // For an idle timeout, the cap on the whole call.
+    max_total: Option<Duration>,
+    timer: Option<Timer>,
+}
+
+/// The deadline as it stands, and its sleep. The sleep is boxed so that the call stays `Unpin` and small; it is
+/// made only for a call that has a timeout.
+struct Timer {
+    deadline: Deadline,
+    sleep: Pin<Box<Sleep>>,
+}
+
+impl Timeout {
+    /// No timeout yet; one set later runs from now.
+    pub(super) fn new() -> Self {
+        Self {
+            started: Instant::now(),
+            timeout: None,
+            max_total: None,
+            timer: None,
+        }
+    }
+
+    pub(super) fn set(&mut self, timeout: Duration) {
+        self.timeout = Some(timeout);
+        self.arm();
+    }
+
+    pub(super) fn set_max_total(&mut self, max_total: Duration) {
+        self.max_total = Some(max_total);
+        self.arm();
+    }
+
+    /// When the call times out as the deadline stands now, if it has a timeout.
+    pub(super) fn at(&self) -> Option<Instant> {
+        self.timer.as_ref().map(|timer| timer.deadline.at())
+    }
+
+    /// (Re)make the deadline from the call's start, as the timeout and the maximum now stand. A maximum without a
+    /// timeout makes none.
+    fn arm(&mut self) {
+        let Some(timeout) = self.timeout else {
+            return;
+        };
+        let deadline = Deadline::new(self.started, timeout, self.max_total);
+        let at = deadline.at();
+        match &mut self.timer {
+            Some(timer) => {
+                timer.deadline = deadline;
+                timer.sleep.as_mut().reset(at);
+            }
+            None => {
+                self.timer = Some(Timer {
+                    deadline,
+                    sleep: Box::pin(tokio::time::sleep_until(at)),
+                });
+            }
+        }
+    }
+
+    /// Whether the timeout has passed; registers the waker otherwise. The sleep is set for the deadline as it
+    /// stood; when it wakes, the last activity (read only then, so that activity costs the call nothing while it
+    /// sleeps) pushes an idle deadline back, and the sleep with it.
+    pub(super) fn passed(
+        &mut self,
+        cx: &mut Context<'_>,
+        last_activity: impl Fn() -> Option<Instant>,
+    ) -> bool {
+        let Some(timer) = &mut self.timer else {
+            return false;
+        };
+        while timer.sleep.as_mut().poll(cx).is_ready() {
+            if let Some(last) = last_activity() {
+                timer.deadline.push_back(last);
+            }
+            let at = timer.deadline.at();
+            if at <= Instant::now() {
+                return true;
+            }
+            timer.sleep.as_mut().reset(at);
+        }
+        false
+    }
+}
