@@ -6,12 +6,12 @@
 //!   the dialect its transport's peer speaks), or in its own where the scope speaks none: a stack and its
 //!   transport cannot disagree.
 //! - It consumes the dialect's cancel notifications: a cancel for an in-flight request of the same scope cancels
-//!   it with [`CancelReason::Peer`]; a cancel for an unknown id is remembered for a
+//!   it with [`CancelReason::Peer`](crate::CancelReason::Peer); a cancel for an unknown id is remembered for a
 //!   while (the request may still be on its way); a malformed cancel is ignored. Cancel notifications never reach
 //!   the inner service.
 //! - It registers every request in its scope's [`Registry`], through the [`Connection`] the transport tied it to
 //!   ([`Request::connection`](crate::Request::connection); a request without one joins the layer's own scope), and
-//!   gives the request a [`RequestContext`] ([`Request::context`](crate::Request::context)). A second request
+//!   gives the request a [`RequestContext`](crate::RequestContext) ([`Request::context`](crate::Request::context)). A second request
 //!   with an id already in flight on the same connection is refused ([`DuplicateId`](crate::registry::DuplicateId)).
 //! - It races the inner future against the request's cancellation (its lifecycle, which also fires the token).
 //!   The first of completion and cancel to reach the request's lifecycle wins; the other is a no-op. A cancelled
@@ -95,13 +95,13 @@ pub use self::{
     future::ResponseFuture,
     layer::{CancelLayer, Mode},
 };
-pub use crate::{
-    outcome::{Panicked, Unavailable},
-    reason::Cancelled,
-};
 use crate::{
     dialect::Dialect, dispatch::Dispatch, outcome::BoxError, registry::Registry, request::Request,
     scope::Connection,
+};
+pub use crate::{
+    outcome::{Panicked, Unavailable},
+    reason::Cancelled,
 };
 
 /// The service built by [`CancelLayer`].
