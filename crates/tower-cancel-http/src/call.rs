@@ -11,9 +11,9 @@ use futures_util::FutureExt;
 use tokio::task::JoinHandle;
 use tower::ServiceExt;
 use tower_cancel::{
-    error_map::error_object,
+    error_map::{self, error_object},
     unwind::{self, CatchUnwind},
-    BoxError, Panicked, Request, Response,
+    BoxError, Request, Response,
 };
 use tower_service::Service;
 
@@ -72,11 +72,7 @@ fn answer<E: Into<BoxError>>(
     let failure: BoxError = match outcome {
         Ok(Ok(reply)) => return reply,
         Ok(Err(error)) => error.into(),
-        Err(payload) => {
-            let panicked = Panicked::from_payload(&*payload);
-            tracing::error!("{panicked}");
-            Box::new(panicked)
-        }
+        Err(payload) => error_map::caught_panic(payload),
     };
     id.map(|id| Response::error(Some(id), error_object(&*failure)))
 }

@@ -5,8 +5,9 @@ use std::future::Future;
 
 use futures_util::FutureExt;
 use tower_cancel::{
+    error_map,
     unwind::{CatchUnwind, Payload},
-    BoxError, Id, Panicked, Response,
+    BoxError, Id, Response,
 };
 
 /// What a request gives back: the service's reply (none for a notification, or a cancel its dialect answers with
@@ -35,7 +36,5 @@ where
 
 /// A caught panic as the failure the stack answers -32603; its message goes to the log only.
 pub(crate) fn panicked(payload: Payload) -> BoxError {
-    let panicked = Panicked::from_payload(&*payload);
-    tracing::error!("{panicked}");
-    Box::new(panicked)
+    error_map::caught_panic(payload)
 }

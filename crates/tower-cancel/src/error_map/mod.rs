@@ -59,6 +59,7 @@ use crate::{
     reason::Cancelled,
     registry::DuplicateId,
     request::Request,
+    unwind::Payload,
 };
 
 /// The service built by [`ErrorMapLayer`].
@@ -178,6 +179,15 @@ pub(crate) fn render<D: Dialect + ?Sized>(
     }
     log_failure(&id, &error);
     Some(Response::error(Some(id), error_object(&*error)))
+}
+
+/// The failure a transport answers for a panic it caught in a service without a cancel layer (through the one
+/// safety net, [`unwind`](crate::unwind)): [`Panicked`], answered -32603 `handler panicked` by
+/// [`error_object`]; its message goes to the server's log only, here.
+pub fn caught_panic(payload: Payload) -> BoxError {
+    let panicked = Panicked::from_payload(&*payload);
+    tracing::error!("{panicked}");
+    Box::new(panicked)
 }
 
 /// The error object that answers `error`, a failure that is not a cancellation (see the table in the
