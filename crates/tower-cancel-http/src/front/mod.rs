@@ -48,11 +48,12 @@
 //! ```
 
 // The floor plan: `endpoint` (what a front end is built of, `configure`) stands on `state` (`running`, `links`);
-// `link` and this file (the public handle) on both; `router` and `limits` on nothing of the crate.
+// `link` and this file (the public handle) on both; `router`, `limits` and `origin` on nothing of the crate.
 mod endpoint;
 mod limits;
 mod link;
 mod links;
+mod origin;
 mod router;
 mod running;
 mod state;
@@ -71,6 +72,7 @@ pub(crate) use self::{
 pub use self::{
     limits::{DEFAULT_MAX_BODY_BYTES, MAX_ID_BYTES},
     link::{Link, OnHangUp},
+    origin::Origins,
 };
 use crate::call::{self, RpcService};
 

@@ -74,7 +74,6 @@
 //! gets 404, as the session revision says of a session the server ended, and a new `initialize` gets 503. A
 //! stateless request that comes after never runs and is answered -32603 the same way.
 
-mod origin;
 mod reply;
 mod revision;
 mod session;
@@ -103,18 +102,16 @@ use tower_cancel::{
 };
 use tower_service::Service;
 
-pub use self::{
-    origin::Origins,
-    revision::{
-        Revision, HEADER_MISMATCH, SESSION_VERSIONS, STATELESS_VERSIONS,
-        UNSUPPORTED_PROTOCOL_VERSION,
-    },
+// The check every browser-facing front end shares; still named here, where it was first.
+pub use self::revision::{
+    Revision, HEADER_MISMATCH, SESSION_VERSIONS, STATELESS_VERSIONS, UNSUPPORTED_PROTOCOL_VERSION,
 };
 use self::{
     reply::{Responding, Shape},
     revision::{Refusal, Spoken, PROTOCOL_VERSION},
     session::Sessions,
 };
+pub use crate::front::Origins;
 use crate::{
     body::{self, Messages},
     call::{self, RpcService},

@@ -1,9 +1,12 @@
-//! `Origin` validation: both revisions require it, against DNS rebinding (403 for an origin not allowed).
+//! `Origin` validation, against DNS rebinding: a page on another site must not reach a server bound to loopback
+//! through the user's browser. MCP's revisions require it of a POST, and a browser's WebSocket carries an `Origin`
+//! too (an ABP app checks it before the upgrade). A refused origin is answered 403, each front end its own way.
 
 use http::HeaderMap;
 
-/// Which `Origin`s may call the endpoint. A request without an `Origin` header (not a browser) is always let
-/// through.
+/// Which `Origin`s may call an endpoint ([`McpHttp::origins`](crate::McpHttp::origins),
+/// [`AbpApp::origins`](crate::abp::AbpApp::origins)). A request without an `Origin` header (not a browser: an
+/// agent's library, `curl`) is always let through.
 #[derive(Clone, Debug, Default)]
 pub enum Origins {
     /// Pages served from this machine only: `localhost`, `127.0.0.1` and `[::1]`, any scheme and port. The
