@@ -16,4 +16,7 @@ mod app;
 pub mod wire;
 
 pub use agent::*;
-pub use app::{AbpApp, AppStats, DEFAULT_MAX_CALLS_PER_SESSION, DEFAULT_MAX_MESSAGE_BYTES};
+pub use app::{
+    AbpApp, AppStats, DEFAULT_MAX_CALLS_PER_SESSION, DEFAULT_MAX_MESSAGE_BYTES,
+    DEFAULT_MAX_SESSIONS, DEFAULT_STALL_TIMEOUT,
+};

@@ -109,6 +109,14 @@ pub(crate) struct App {
 }
 
 pub(crate) async fn serve(concurrency: Option<usize>) -> App {
+    serve_with(concurrency, |app| app).await
+}
+
+/// [`serve`], with the app configured by `configure` first.
+pub(crate) async fn serve_with(
+    concurrency: Option<usize>,
+    configure: impl FnOnce(AbpApp<Stack>) -> AbpApp<Stack>,
+) -> App {
     let counts = Arc::new(Counts::default());
     let app = AbpApp::new(stack(&counts, concurrency))
         .app(AppInfo {
@@ -117,6 +125,7 @@ pub(crate) async fn serve(concurrency: Option<usize>) -> App {
             version: "1.2.3".into(),
         })
         .capabilities(["sleep", "echo"]);
+    let app = configure(app);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("ws://{}/abp", listener.local_addr().unwrap());
     let router = app.router();

@@ -1,39 +1,45 @@
 //! The app side of ABP: a WebSocket route that serves a stack of capability calls. See [`AbpApp`].
 
+mod limits;
+mod outgoing;
+mod reading;
 mod render;
 mod session;
+mod sessions;
+mod upgrade;
 
 use std::{
     convert::Infallible,
     fmt,
     future::Future,
-    sync::atomic::{AtomicU64, AtomicUsize, Ordering},
+    sync::{
+        atomic::{AtomicU64, AtomicUsize, Ordering},
+        Arc,
+    },
+    time::Duration,
 };
 
 use axum::{
     body::Body,
     extract::WebSocketUpgrade,
-    response::{IntoResponse, Response as HttpResponse},
+    http::HeaderMap,
+    response::IntoResponse,
     routing::{get, Route},
     Router,
 };
-use http::StatusCode;
 use tower::Layer;
+use tower_cancel::outbox::DEFAULT_MAX_QUEUED_BYTES;
 use tower_service::Service;
 
+pub use self::limits::{
+    DEFAULT_MAX_CALLS_PER_SESSION, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_SESSIONS,
+    DEFAULT_STALL_TIMEOUT,
+};
 use super::wire::{AppInfo, Capability};
 use crate::{
     call::RpcService,
-    front::{self, Endpoint, Front, Protocol, Settings},
+    front::{self, Endpoint, Front, Origins, Protocol, Settings},
 };
-
-/// The largest WebSocket message an app reads by default: an envelope past it closes the connection (as a
-/// protocol error: one envelope is one frame).
-pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 1024 * 1024;
-
-/// How many calls one session may have running at once by default; a call past it is answered `RATE_LIMITED`
-/// (retryable) without running.
-pub const DEFAULT_MAX_CALLS_PER_SESSION: usize = 1024;
 
 /// An ABP app: serves a stack (a [`CancelStack`](tower_cancel::CancelStack) of the
 /// [`Abp`](tower_cancel::dialect::Abp) dialect over your capabilities) over WebSocket, each connection one session.
@@ -59,6 +65,21 @@ pub const DEFAULT_MAX_CALLS_PER_SESSION: usize = 1024;
 /// | an envelope of a type the app does not take | an `error` envelope `NOT_IMPLEMENTED` with its id |
 /// | `shutdown`, or the socket closing | every call of the session cancelled (reason Disconnect), the socket closed |
 /// | anything, once the app [shuts down](Self::shutdown) | see below |
+///
+/// # Bounds
+///
+/// What an agent can make the app hold is bounded, each bound with a builder method:
+///
+/// | the agent | the app |
+/// |---|---|
+/// | opens a WebSocket from a page whose `Origin` is not allowed ([`origins`](Self::origins): loopback by default) | 403, no session; an upgrade without `Origin` (not a browser) is let through |
+/// | opens more sessions than [`max_sessions`](Self::max_sessions) ([`DEFAULT_MAX_SESSIONS`]) | 503 with `Retry-After`, no session |
+/// | sends a message over [`max_message_bytes`](Self::max_message_bytes) ([`DEFAULT_MAX_MESSAGE_BYTES`]) | the socket is closed |
+/// | has more calls running than [`max_calls_per_session`](Self::max_calls_per_session) | `RATE_LIMITED` (see above) |
+/// | does not read what it is answered (envelopes, pongs) | past [`max_queued_bytes`](Self::max_queued_bytes) waiting, the session reads nothing more from it; if that lasts the [`stall_timeout`](Self::stall_timeout), the session is closed as a disconnect (its calls cancelled). Progress reports past the same bound are dropped |
+///
+/// A pong counts as what it is, an answer to a ping: a ping flood from an agent that does not read stops the
+/// reading as an envelope flood does.
 ///
 /// # Cancels
 ///
@@ -106,6 +127,10 @@ pub(crate) struct Config {
     pub(crate) info: AppInfo,
     pub(crate) capabilities: Vec<Capability>,
     pub(crate) max_calls_per_session: usize,
+    pub(crate) max_sessions: usize,
+    pub(crate) max_queued_bytes: usize,
+    pub(crate) stall_timeout: Duration,
+    pub(crate) origins: Origins,
     pub(crate) counters: Counters,
 }
 
@@ -114,7 +139,11 @@ impl Protocol for Config {}
 
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
-    pub(crate) sessions: AtomicUsize,
+    // Shared with each session's slot, queue and reading, which count themselves.
+    pub(crate) sessions: Arc<AtomicUsize>,
+    pub(crate) queued_bytes: Arc<AtomicUsize>,
+    pub(crate) stalled: Arc<AtomicUsize>,
+    pub(crate) stalls: AtomicU64,
     pub(crate) calls: AtomicU64,
     pub(crate) cancels: AtomicU64,
     pub(crate) bad_envelopes: AtomicU64,
@@ -134,6 +163,13 @@ pub struct AppStats {
     pub cancels: u64,
     /// Frames that were not envelopes, or envelopes of a type the app does not take.
     pub bad_envelopes: u64,
+    /// Bytes the app has answered and not yet handed to the sockets (envelopes and pongs), in every session:
+    /// each session's share is bounded by [`AbpApp::max_queued_bytes`], give or take the last answer.
+    pub queued_bytes: usize,
+    /// Sessions whose reading is stopped now: more than their bound waits for an agent that does not read.
+    pub reading_stopped: usize,
+    /// Sessions closed so far because their reading stayed stopped for the stall timeout.
+    pub stalled: u64,
 }
 
 impl<S: Clone> Clone for AbpApp<S> {
@@ -181,6 +217,9 @@ impl<S> AbpApp<S> {
             calls: counters.calls.load(Ordering::Relaxed),
             cancels: counters.cancels.load(Ordering::Relaxed),
             bad_envelopes: counters.bad_envelopes.load(Ordering::Relaxed),
+            queued_bytes: counters.queued_bytes.load(Ordering::Acquire),
+            reading_stopped: counters.stalled.load(Ordering::Acquire),
+            stalled: counters.stalls.load(Ordering::Relaxed),
         }
     }
 
@@ -201,6 +240,10 @@ impl<S: RpcService> AbpApp<S> {
             },
             capabilities: Vec::new(),
             max_calls_per_session: DEFAULT_MAX_CALLS_PER_SESSION,
+            max_sessions: DEFAULT_MAX_SESSIONS,
+            max_queued_bytes: DEFAULT_MAX_QUEUED_BYTES,
+            stall_timeout: DEFAULT_STALL_TIMEOUT,
+            origins: Origins::default(),
             counters: Counters::default(),
         };
         let settings = Settings {
@@ -241,6 +284,33 @@ impl<S: RpcService> AbpApp<S> {
         self.configure(|_, config| config.max_calls_per_session = calls)
     }
 
+    /// How many sessions may be open at once ([`DEFAULT_MAX_SESSIONS`] by default): an upgrade past it is
+    /// refused 503 with `Retry-After`.
+    pub fn max_sessions(self, sessions: usize) -> Self {
+        self.configure(|_, config| config.max_sessions = sessions)
+    }
+
+    /// How many bytes of answers (envelopes, pongs) may wait for an agent that does not read before its session
+    /// stops reading from it ([`DEFAULT_MAX_QUEUED_BYTES`] by default, the stream driver's); progress reports
+    /// past as much again are dropped.
+    pub fn max_queued_bytes(self, bytes: usize) -> Self {
+        self.configure(|_, config| config.max_queued_bytes = bytes)
+    }
+
+    /// How long a session's reading may stay stopped ([`max_queued_bytes`](Self::max_queued_bytes) of answers
+    /// waiting, all that time) before the session is closed as a disconnect ([`DEFAULT_STALL_TIMEOUT`] by
+    /// default); also how long the last answers of a session that ends may take to be written.
+    pub fn stall_timeout(self, timeout: Duration) -> Self {
+        self.configure(|_, config| config.stall_timeout = timeout)
+    }
+
+    /// Which `Origin`s may open a session (403 for others; [`Origins::Loopback`] by default), as
+    /// [`McpHttp::origins`](crate::McpHttp::origins): a WebSocket is not bound by the browser's same-origin
+    /// policy, so a page of any site could otherwise reach an app on the user's machine.
+    pub fn origins(self, origins: Origins) -> Self {
+        self.configure(|_, config| config.origins = origins)
+    }
+
     fn configure(self, change: impl FnOnce(&mut Settings, &mut Config)) -> Self {
         Self {
             endpoint: self.endpoint.configure(change),
@@ -257,7 +327,9 @@ impl<S: RpcService> AbpApp<S> {
         let endpoint = self.endpoint.clone();
         Router::new().route(
             path,
-            get(move |upgrade: WebSocketUpgrade| upgrade_to_session(upgrade, endpoint)),
+            get(move |headers: HeaderMap, upgrade: WebSocketUpgrade| {
+                upgrade::to_session(headers, upgrade, endpoint)
+            }),
         )
     }
 
@@ -273,19 +345,4 @@ impl<S: RpcService> AbpApp<S> {
     {
         front::mount(self.router(), Router::new(), auth)
     }
-}
-
-async fn upgrade_to_session<S: RpcService>(
-    upgrade: WebSocketUpgrade,
-    endpoint: Endpoint<S, Config>,
-) -> HttpResponse {
-    if endpoint.state().is_shutting_down() {
-        // No session opens once the shutdown has begun: the agent's connect fails with the status.
-        return (StatusCode::SERVICE_UNAVAILABLE, "the app is shutting down").into_response();
-    }
-    let max = endpoint.settings().max_body_bytes;
-    upgrade
-        .max_message_size(max)
-        .max_frame_size(max)
-        .on_upgrade(move |socket| session::run(socket, endpoint))
 }

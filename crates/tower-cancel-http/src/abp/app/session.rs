@@ -13,6 +13,12 @@
 //! The app's shutdown closes the session's connection (a link of the app's [`Front`]) with reason `Shutdown`:
 //! its calls are answered cancelled, and a call read from then on starts out cancelled and is answered so without
 //! running. The reader goes on until every call of the session is answered, then the session ends.
+//!
+//! # Bounds
+//!
+//! What the app answers waits in the session's [outgoing queue](super::outgoing), pongs included: while more
+//! than its bound waits, the session reads nothing more from the agent, and a session whose reading stays stopped
+//! for the stall timeout is closed as a disconnect (its calls cancelled, its socket dropped unwritten).
 
 use std::{
     ops::ControlFlow,
@@ -21,10 +27,7 @@ use std::{
 };
 
 use axum::extract::ws::{Message as WsMessage, WebSocket};
-use futures_util::{
-    stream::{SplitSink, SplitStream},
-    SinkExt, StreamExt,
-};
+use futures_util::{stream::SplitSink, SinkExt, StreamExt};
 use serde_json::value::to_raw_value;
 use tokio::sync::mpsc;
 use tower_cancel::{
@@ -37,7 +40,13 @@ use tower_cancel::{
     CancelReason, Dialect, Id, Message, Outbox, Request,
 };
 
-use super::{render, Config};
+use super::{
+    outgoing::{self, Outgoing, Queue},
+    reading::{Read, Reading},
+    render,
+    sessions::Slot,
+    Config,
+};
 use crate::{
     abp::wire::{
         types, Call, Cancel, Envelope, ErrorBody, Features, Initialize, InitializeResult,
@@ -49,18 +58,17 @@ use crate::{
 
 /// The queue to the writer, behind the lock that orders acknowledgments before the results they cancel.
 struct Out {
-    queue: Mutex<mpsc::UnboundedSender<String>>,
+    queue: Mutex<Queue>,
 }
 
 impl Out {
     fn send(&self, envelope: &Envelope) {
         // Serialized before the lock is taken: the lock only orders the queueing.
         let text = envelope.to_text();
-        // The writer is gone only when the agent is: nothing left to tell it.
-        let _ = self.lock().send(text);
+        self.lock().send(Outgoing::Text(text));
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, mpsc::UnboundedSender<String>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
         // Sending cannot panic halfway: a poisoned lock holds a whole sender.
         self.queue
             .lock()
@@ -90,14 +98,34 @@ enum State {
     },
 }
 
-/// Serve one session until the agent leaves, sends `shutdown`, or the app shuts down.
-pub(super) async fn run<S: RpcService>(socket: WebSocket, app: Endpoint<S, Config>) {
-    let counters = &app.protocol().counters;
-    counters.sessions.fetch_add(1, Ordering::AcqRel);
-    let (sink, mut frames) = socket.split();
-    let (queue, queued) = mpsc::unbounded_channel();
+/// How a session's reading ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ending {
+    /// The agent closed the socket, sent `shutdown`, or broke the protocol.
+    Left,
+    /// The app is shutting down.
+    Shutdown,
+    /// The agent read too little of its replies for the stall timeout.
+    Stalled,
+}
+
+/// Serve one session, which holds `slot`, until the agent leaves, sends `shutdown`, stops reading for the stall
+/// timeout, or the app shuts down.
+pub(super) async fn run<S: RpcService>(socket: WebSocket, app: Endpoint<S, Config>, slot: Slot) {
+    let config = app.protocol();
+    let counters = &config.counters;
+    let (sink, frames) = socket.split();
+    let (queue, queued) = outgoing::queue(config.max_queued_bytes, counters.queued_bytes.clone());
     let (outbox, progress) = Outbox::new();
-    let writer = tokio::spawn(write(sink, queued, progress));
+    // Progress reports are dropped while as much waits as the replies' bound (`Progress::report` says `false`).
+    outbox.set_max_queued_bytes(config.max_queued_bytes);
+    let mut writer = tokio::spawn(write(sink, queued, progress));
+    let mut reading = Reading::new(
+        frames,
+        queue.clone(),
+        config.stall_timeout,
+        counters.stalled.clone(),
+    );
     let (alive, mut ended) = mpsc::channel(1);
     let front = app.front();
     let shutting_down = front.shutting_down();
@@ -114,28 +142,50 @@ pub(super) async fn run<S: RpcService>(socket: WebSocket, app: Endpoint<S, Confi
         alive: Some(alive),
     };
     tracing::debug!("ABP session opened");
-    let reason = loop {
-        let frame = tokio::select! {
+    let mut ending = loop {
+        let read = tokio::select! {
             biased;
-            () = &mut shutting_down => break CancelReason::Shutdown,
-            frame = frames.next() => frame,
+            () = &mut shutting_down => break Ending::Shutdown,
+            read = reading.next() => read,
         };
-        if session.frame(frame).is_break() {
-            break CancelReason::Disconnect;
+        match read {
+            Read::Stalled => break Ending::Stalled,
+            Read::Frame(frame) => {
+                if session.frame(frame).is_break() {
+                    break Ending::Left;
+                }
+            }
         }
     };
-    if matches!(reason, CancelReason::Shutdown) {
-        session.drain(&mut frames).await;
+    if ending == Ending::Shutdown && session.drain(&mut reading).await.is_break() {
+        ending = Ending::Stalled;
     }
-    session.end(reason);
+    if ending == Ending::Stalled {
+        // The writer waits on an agent that does not read: what it holds is dropped unwritten.
+        counters.stalls.fetch_add(1, Ordering::Relaxed);
+        writer.abort();
+    }
+    session.end(match ending {
+        Ending::Shutdown => CancelReason::Shutdown,
+        Ending::Left | Ending::Stalled => CancelReason::Disconnect,
+    });
     // Every call's task has sent its result: the writer may finish.
     while ended.recv().await.is_some() {}
     // The link is let go once the socket is closed, so that a drain of the app waits for it.
     let state = std::mem::replace(&mut session.state, State::Uninitialized);
     drop(session);
-    let _ = writer.await;
+    drop(reading);
+    // The last replies and the close get the stall timeout to be written: an agent that stopped reading cannot
+    // hold the session open.
+    if tokio::time::timeout(config.stall_timeout, &mut writer)
+        .await
+        .is_err()
+    {
+        tracing::warn!("the agent did not read the session's last replies: closing the socket");
+        writer.abort();
+    }
     drop(state);
-    counters.sessions.fetch_sub(1, Ordering::AcqRel);
+    drop(slot);
     tracing::debug!("ABP session closed");
 }
 
@@ -152,24 +202,35 @@ impl<S: RpcService> Session<S> {
                 );
                 ControlFlow::Continue(())
             }
-            Some(Ok(WsMessage::Ping(_) | WsMessage::Pong(_))) => ControlFlow::Continue(()),
+            // The library has queued the pong; it is counted, and written, with a flush of the socket.
+            Some(Ok(WsMessage::Ping(payload))) => {
+                self.out.lock().send(Outgoing::pong(payload.len()));
+                ControlFlow::Continue(())
+            }
+            Some(Ok(WsMessage::Pong(_))) => ControlFlow::Continue(()),
             Some(Ok(WsMessage::Close(_))) | Some(Err(_)) | None => ControlFlow::Break(()),
         }
     }
 
     /// The app is shutting down, and has closed the session's connection with reason `Shutdown`: its calls are
     /// answered cancelled. Read on until every one of them is answered; a call read meanwhile starts out
-    /// cancelled and is answered so, without running.
-    async fn drain(&mut self, frames: &mut SplitStream<WebSocket>) {
+    /// cancelled and is answered so, without running. `Break` if the agent stalled the reading meanwhile.
+    async fn drain(&mut self, reading: &mut Reading) -> ControlFlow<()> {
         let answered = self.running.idle();
         tokio::pin!(answered);
         loop {
-            tokio::select! {
+            let read = tokio::select! {
                 biased;
-                () = &mut answered => return,
-                frame = frames.next() => if self.frame(frame).is_break() {
-                    return;
-                },
+                () = &mut answered => return ControlFlow::Continue(()),
+                read = reading.next() => read,
+            };
+            match read {
+                Read::Stalled => return ControlFlow::Break(()),
+                Read::Frame(frame) => {
+                    if self.frame(frame).is_break() {
+                        return ControlFlow::Continue(());
+                    }
+                }
             }
         }
     }
@@ -357,7 +418,9 @@ impl<S: RpcService> Session<S> {
             .connection()
             .acknowledge_cancel(&notice.id, CancelReason::peer(notice.reason.clone()));
         let payload = Abp.acknowledge(&notice, ack);
-        let _ = queue.send(Envelope::new(types::CANCEL_RESULT, envelope.id, payload).to_text());
+        queue.send(Outgoing::Text(
+            Envelope::new(types::CANCEL_RESULT, envelope.id, payload).to_text(),
+        ));
         drop(queue);
         self.app
             .protocol()
@@ -391,27 +454,34 @@ impl<S: RpcService> Session<S> {
 /// Write what the session queues, and the handlers' progress reports, until the session is over; then close.
 async fn write(
     mut sink: SplitSink<WebSocket, WsMessage>,
-    mut queued: mpsc::UnboundedReceiver<String>,
+    mut queued: outgoing::Receiver,
     mut progress: OutboxReceiver,
 ) {
     loop {
-        let text = tokio::select! {
+        tokio::select! {
             // A report sent before its call's result is queued before it too: taken first, it goes out first.
             biased;
             Some(report) = progress.recv() => {
                 progress.written(&report);
-                match progress_envelope(&report) {
-                    Some(envelope) => envelope.to_text(),
-                    None => continue,
+                let Some(envelope) = progress_envelope(&report) else {
+                    continue;
+                };
+                if sink.send(WsMessage::Text(envelope.to_text().into())).await.is_err() {
+                    return;
                 }
             }
-            next = queued.recv() => match next {
-                Some(text) => text,
-                None => break,
-            },
-        };
-        if sink.send(WsMessage::Text(text.into())).await.is_err() {
-            return;
+            next = queued.recv() => {
+                let written = match next {
+                    Some(Outgoing::Text(text)) => sink.send(WsMessage::Text(text.into())).await,
+                    Some(Outgoing::Flush(_)) => sink.flush().await,
+                    None => break,
+                };
+                if written.is_err() {
+                    return;
+                }
+                // Counted until now: until the socket took it, it was held here or in the library's buffer.
+                queued.written();
+            }
         }
     }
     let _ = sink.send(WsMessage::Close(None)).await;
