@@ -15,6 +15,13 @@
 //! - **Running.** Each request arrives on a [`Link`] of the front end (an HTTP request's exchange, a WebSocket's
 //!   connection), which carries the HTTP request's extensions and headers to the handler and whose drop is the
 //!   client's hang-up; each runs on a task of its own, counted in [`Front::in_flight`].
+//! - **Bounds.** No client can make a front end hold without bound. Each request takes a place in the front
+//!   end's bound on requests in flight ([`DEFAULT_MAX_IN_FLIGHT`], each front end's `max_in_flight`) and in its
+//!   scope's, where its scope outlives it ([`DEFAULT_MAX_IN_FLIGHT_PER_SCOPE`]: an MCP session, a JSON-RPC
+//!   principal, a RAP thread, an ABP session), before it runs ([`Front::admit`], a [`Quota`] each); past either
+//!   it is refused without running, the protocol's way of saying "busy" (HTTP 503 with `Retry-After`, ABP's
+//!   `RATE_LIMITED`), and counted in [`FrontStats::busy`]. Notifications need no place: a cancel is never
+//!   refused.
 //! - **Stats.** [`Front::stats`] gives the part every front end has ([`FrontStats`]); a front end's own counters
 //!   are its own `stats()`.
 //! - **Shutdown.** [`Front::shutdown`] cancels every request in flight with reason `Shutdown`, answered as its
