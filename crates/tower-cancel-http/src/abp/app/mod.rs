@@ -75,7 +75,7 @@ use crate::{
 /// | opens a WebSocket from a page whose `Origin` is not allowed ([`origins`](Self::origins): loopback by default) | 403, no session; an upgrade without `Origin` (not a browser) is let through |
 /// | opens more sessions than [`max_sessions`](Self::max_sessions) ([`DEFAULT_MAX_SESSIONS`]) | 503 with `Retry-After`, no session |
 /// | sends a message over [`max_message_bytes`](Self::max_message_bytes) ([`DEFAULT_MAX_MESSAGE_BYTES`]) | the socket is closed |
-/// | has more calls running than [`max_calls_per_session`](Self::max_calls_per_session) | `RATE_LIMITED` (see above) |
+/// | has more calls running than [`max_calls_per_session`](Self::max_calls_per_session), or the app more than [`max_in_flight`](Self::max_in_flight) | `RATE_LIMITED` (see above) |
 /// | does not read what it is answered (envelopes, pongs) | past [`max_queued_bytes`](Self::max_queued_bytes) waiting, the session reads nothing more from it; if that lasts the [`stall_timeout`](Self::stall_timeout), the session is closed as a disconnect (its calls cancelled). Progress reports past the same bound are dropped |
 ///
 /// A pong counts as what it is, an answer to a ping: a ping flood from an agent that does not read stops the
@@ -205,7 +205,7 @@ impl<S> AbpApp<S> {
 
     /// Calls running now, in every session.
     pub fn in_flight(&self) -> usize {
-        self.endpoint.state().running.get()
+        self.endpoint.state().running.in_use()
     }
 
     /// The counters; what every front end counts is [`front`](Self::front)'s.
@@ -279,7 +279,8 @@ impl<S: RpcService> AbpApp<S> {
         self.configure(|settings, _| settings.max_body_bytes = bytes)
     }
 
-    /// How many calls one session may have running ([`DEFAULT_MAX_CALLS_PER_SESSION`] by default).
+    /// How many calls one session may have running ([`DEFAULT_MAX_CALLS_PER_SESSION`] by default); a call past
+    /// it is answered `RATE_LIMITED` (retryable) without running.
     pub fn max_calls_per_session(self, calls: usize) -> Self {
         self.configure(|_, config| config.max_calls_per_session = calls)
     }
@@ -309,6 +310,13 @@ impl<S: RpcService> AbpApp<S> {
     /// policy, so a page of any site could otherwise reach an app on the user's machine.
     pub fn origins(self, origins: Origins) -> Self {
         self.configure(|_, config| config.origins = origins)
+    }
+
+    /// How many calls may run at once over every session
+    /// ([`DEFAULT_MAX_IN_FLIGHT`](crate::front::DEFAULT_MAX_IN_FLIGHT) by default); a call past it is answered
+    /// `RATE_LIMITED` (retryable) without running. A cancel is never refused.
+    pub fn max_in_flight(self, calls: usize) -> Self {
+        self.configure(|settings, _| settings.max_in_flight = calls)
     }
 
     fn configure(self, change: impl FnOnce(&mut Settings, &mut Config)) -> Self {
