@@ -3,6 +3,7 @@
 mod limits;
 mod outgoing;
 mod reading;
+mod refragment;
 mod render;
 mod session;
 mod sessions;
@@ -21,8 +22,6 @@ use std::{
 
 use axum::{
     body::Body,
-    extract::WebSocketUpgrade,
-    http::HeaderMap,
     response::IntoResponse,
     routing::{get, Route},
     Router,
@@ -75,6 +74,7 @@ use crate::{
 /// | opens a WebSocket from a page whose `Origin` is not allowed ([`origins`](Self::origins): loopback by default) | 403, no session; an upgrade without `Origin` (not a browser) is let through |
 /// | opens more sessions than [`max_sessions`](Self::max_sessions) ([`DEFAULT_MAX_SESSIONS`]) | 503 with `Retry-After`, no session |
 /// | sends a message over [`max_message_bytes`](Self::max_message_bytes) ([`DEFAULT_MAX_MESSAGE_BYTES`]) | the socket is closed |
+/// | sends a large message, then little | the message's memory goes with it: the socket keeps no read buffer of its size (its frames are read in pieces of 16 KiB) |
 /// | has more calls running than [`max_calls_per_session`](Self::max_calls_per_session), or the app more than [`max_in_flight`](Self::max_in_flight) | `RATE_LIMITED` (see above) |
 /// | does not read what it is answered (envelopes, pongs) | past [`max_queued_bytes`](Self::max_queued_bytes) waiting, the session reads nothing more from it; if that lasts the [`stall_timeout`](Self::stall_timeout), the session is closed as a disconnect (its calls cancelled). Progress reports past the same bound are dropped |
 ///
@@ -335,9 +335,7 @@ impl<S: RpcService> AbpApp<S> {
         let endpoint = self.endpoint.clone();
         Router::new().route(
             path,
-            get(move |headers: HeaderMap, upgrade: WebSocketUpgrade| {
-                upgrade::to_session(headers, upgrade, endpoint)
-            }),
+            get(move |request: http::Request<Body>| upgrade::to_session(request, endpoint)),
         )
     }
 

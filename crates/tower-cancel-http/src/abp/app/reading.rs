@@ -10,22 +10,22 @@ use std::{
     time::Duration,
 };
 
-use axum::extract::ws::{Message as WsMessage, WebSocket};
 use futures_util::{stream::SplitStream, StreamExt};
 use tokio::time::{Instant, Sleep};
+use tokio_tungstenite::tungstenite::{Error as WsError, Message as WsMessage};
 
-use super::outgoing::Queue;
+use super::{outgoing::Queue, upgrade::Socket};
 
 /// What the reading gives.
 pub(super) enum Read {
     /// A frame (`None` once the socket is closed).
-    Frame(Option<Result<WsMessage, axum::Error>>),
+    Frame(Option<Result<WsMessage, WsError>>),
     /// The reading stayed stopped for the stall timeout: the agent does not read.
     Stalled,
 }
 
 pub(super) struct Reading {
-    frames: SplitStream<WebSocket>,
+    frames: SplitStream<Socket>,
     queue: Queue,
     stall_timeout: Duration,
     // Armed when the reading stops; the session ends if it is still stopped when it passes.
@@ -47,7 +47,7 @@ impl Drop for Stopped {
 impl Reading {
     /// Read `frames` while `queue` has room; `stopped` counts the sessions whose reading is stopped.
     pub(super) fn new(
-        frames: SplitStream<WebSocket>,
+        frames: SplitStream<Socket>,
         queue: Queue,
         stall_timeout: Duration,
         stopped: Arc<AtomicUsize>,

@@ -26,10 +26,10 @@ use std::{
     time::Duration,
 };
 
-use axum::extract::ws::{Message as WsMessage, WebSocket};
 use futures_util::{stream::SplitSink, SinkExt, StreamExt};
 use serde_json::value::to_raw_value;
 use tokio::sync::mpsc;
+use tokio_tungstenite::tungstenite::{Error as WsError, Message as WsMessage};
 use tower_cancel::{
     dialect::{
         abp::{self, CallOptions as DialectCallOptions},
@@ -45,6 +45,7 @@ use super::{
     reading::{Read, Reading},
     render,
     sessions::Slot,
+    upgrade::Socket,
     Config,
 };
 use crate::{
@@ -111,7 +112,7 @@ enum Ending {
 
 /// Serve one session, which holds `slot`, until the agent leaves, sends `shutdown`, stops reading for the stall
 /// timeout, or the app shuts down.
-pub(super) async fn run<S: RpcService>(socket: WebSocket, app: Endpoint<S, Config>, slot: Slot) {
+pub(super) async fn run<S: RpcService>(socket: Socket, app: Endpoint<S, Config>, slot: Slot) {
     let config = app.protocol();
     let counters = &config.counters;
     let (sink, frames) = socket.split();
@@ -191,7 +192,7 @@ pub(super) async fn run<S: RpcService>(socket: WebSocket, app: Endpoint<S, Confi
 
 impl<S: RpcService> Session<S> {
     /// One frame from the agent (`None` once the socket is closed); `Break` when the session is over.
-    fn frame(&mut self, frame: Option<Result<WsMessage, axum::Error>>) -> ControlFlow<()> {
+    fn frame(&mut self, frame: Option<Result<WsMessage, WsError>>) -> ControlFlow<()> {
         match frame {
             Some(Ok(WsMessage::Text(text))) => self.receive(text.as_str()),
             Some(Ok(WsMessage::Binary(_))) => {
@@ -207,7 +208,8 @@ impl<S: RpcService> Session<S> {
                 self.out.lock().send(Outgoing::pong(payload.len()));
                 ControlFlow::Continue(())
             }
-            Some(Ok(WsMessage::Pong(_))) => ControlFlow::Continue(()),
+            // A raw frame is never read: the library gathers them into messages.
+            Some(Ok(WsMessage::Pong(_) | WsMessage::Frame(_))) => ControlFlow::Continue(()),
             Some(Ok(WsMessage::Close(_))) | Some(Err(_)) | None => ControlFlow::Break(()),
         }
     }
@@ -450,7 +452,7 @@ impl<S: RpcService> Session<S> {
 
 /// Write what the session queues, and the handlers' progress reports, until the session is over; then close.
 async fn write(
-    mut sink: SplitSink<WebSocket, WsMessage>,
+    mut sink: SplitSink<Socket, WsMessage>,
     mut queued: outgoing::Receiver,
     mut progress: OutboxReceiver,
 ) {
