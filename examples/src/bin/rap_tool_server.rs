@@ -31,6 +31,8 @@ async fn main() -> std::io::Result<ExitCode> {
     let server = examples::rap::Server::new(&base, examples::timeouts_from_args());
     let app = server.router(&token);
     println!("listening on {base}");
+    // With the peers' addresses: the rate limit of cancels is each client's (its token and its address).
+    let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
     axum::serve(listener, app).await?;
     Ok(ExitCode::SUCCESS)
 }

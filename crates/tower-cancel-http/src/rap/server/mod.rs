@@ -1,6 +1,8 @@
 //! The tool-server side of RAP: discovery, invocations, and the runtime's cancel, close and status endpoints, as
 //! one axum `Router`. See [`ToolServer`].
 
+mod client_key;
+mod client_limits;
 mod deliver;
 mod invoke;
 mod notices;
@@ -11,12 +13,11 @@ use std::{
     convert::Infallible,
     fmt,
     future::Future,
-    num::NonZeroU32,
     sync::{
         atomic::{AtomicU64, Ordering},
-        Arc,
+        Arc, Mutex,
     },
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use axum::{
@@ -25,13 +26,14 @@ use axum::{
     routing::{get, post, Route},
     Router,
 };
-use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use http::StatusCode;
 use tower::Layer;
 use tower_cancel::bus::Replica;
 use tower_service::Service;
 
-use self::{deliver::CallbackClient, threads::Thread};
+use self::{
+    client_key::ClientKeys, client_limits::ClientLimits, deliver::CallbackClient, threads::Thread,
+};
 use super::wire::Toolset;
 use crate::{
     body,
@@ -46,8 +48,10 @@ pub use self::notices::MAX_NOTICE_BYTES;
 pub const DEFAULT_THREAD_LINGER: Duration = Duration::from_secs(10 * 60);
 /// How many threads are kept at most; an invocation of a new thread past it gets 503.
 pub const DEFAULT_MAX_THREADS: usize = 100_000;
-/// The default rate limit of the cancel, close and status endpoints together, per second (bursts of twice it).
-pub const DEFAULT_NOTICES_PER_SECOND: u32 = 200;
+/// The default rate limit of each client's cancels and closes together, per second, with bursts of twice it (its
+/// status questions have a quota of the same size of their own): a runtime that cancels 1000 calls at once (a
+/// thread of a big fan-out interrupted) is served in full.
+pub const DEFAULT_NOTICES_PER_SECOND: u32 = 1000;
 
 /// A RAP tool server: serves a stack (a [`CancelStack`](tower_cancel::CancelStack) of the [`Rap`](super::Rap)
 /// dialect over your tools) behind RAP's endpoints.
@@ -87,8 +91,9 @@ pub const DEFAULT_NOTICES_PER_SECOND: u32 = 200;
 ///
 /// Give [`router_with`](Self::router_with) your authentication layer (for a shared secret,
 /// [`require_bearer`](crate::auth::require_bearer)): it guards the invocation, cancel, close and status endpoints
-/// alike, so a stranger's cancel gets 401 and cancels nothing. The notices are rate-limited
-/// ([`notices_per_second`](Self::notices_per_second), 429 past it), bodies are bounded (invocations
+/// alike, so a stranger's cancel gets 401 and cancels nothing. The notices are rate-limited per client
+/// ([`notices_per_second`](Self::notices_per_second): past it a cancel or a close is answered 200 and does
+/// nothing, a status question gets 429), bodies are bounded (invocations
 /// [`max_body_bytes`](Self::max_body_bytes), notices [`MAX_NOTICE_BYTES`]), and ids are checked (see
 /// [`ids`](super::ids)): an invalid notice is answered 200 and does nothing.
 ///
@@ -115,7 +120,8 @@ pub const DEFAULT_NOTICES_PER_SECOND: u32 = 200;
 /// let toolset = tools.toolset("sleepy", "http://127.0.0.1:8080/invoke");
 /// let stack = ServiceBuilder::new().layer(CancelStack::new(Rap)).service(tools);
 /// let app = ToolServer::new(toolset, stack).router_with(require_bearer("s3cret"));
-/// axum::serve(listener, app).await
+/// // With the peers' addresses, so that the rate limits tell apart two hosts using the same token.
+/// axum::serve(listener, app.into_make_service_with_connect_info::<std::net::SocketAddr>()).await
 /// # }
 /// ```
 pub struct ToolServer<S> {
@@ -174,10 +180,19 @@ impl<S> ToolServer<S> {
         self.configure(|settings, _| settings.max_body_bytes = bytes)
     }
 
-    /// Rate-limit the notices to `per_second` (bursts of twice it), 429 past it; `None` for no limit.
-    /// [`DEFAULT_NOTICES_PER_SECOND`] by default. Cancels and closes share one quota; status questions have one of
-    /// their own, so that polling the status never uses up the quota of cancels. The quotas are the server's,
-    /// shared by every runtime that passes authentication.
+    /// Rate-limit each client's notices to `per_second` (bursts of twice it); `None` for no limit.
+    /// [`DEFAULT_NOTICES_PER_SECOND`] by default.
+    ///
+    /// A client is its credential (the `Authorization` header, kept hashed) and its address (axum's
+    /// `ConnectInfo<SocketAddr>`: serve the router with `into_make_service_with_connect_info::<SocketAddr>()`,
+    /// else clients are told apart by credential only), so one runtime flooding cannot starve another, even one
+    /// using the same token from another host. Cancels and closes share one quota; status questions have one of
+    /// their own, so that polling the status never uses up the quota of cancels.
+    ///
+    /// Past its quota, a cancel or a close is still answered 200 (the spec says they MUST be, whatever happened,
+    /// and a runtime never retries them) but does nothing: it is logged and counted in
+    /// [`ToolServerStats::rate_limited`]. A status question past its quota gets 429 with `Retry-After` (an
+    /// answer would have to say whether the call is alive, and a question may be asked again).
     pub fn notices_per_second(self, per_second: Option<u32>) -> Self {
         self.configure(|_, config| config.limiter = per_second.map(Limiters::new))
     }
@@ -305,21 +320,37 @@ fn callback_client() -> reqwest::Client {
         .unwrap_or_default()
 }
 
-/// The notices' quotas: cancels and closes together, status questions apart.
+/// The notices' quotas, each client's own: cancels and closes together, status questions apart.
 struct Limiters {
-    notices: DefaultDirectRateLimiter,
-    status: DefaultDirectRateLimiter,
+    clients: ClientKeys,
+    notices: ClientLimits,
+    status: ClientLimits,
+    // When a notice past its limit was last logged as a warning.
+    last_warning: Mutex<Option<Instant>>,
 }
 
 impl Limiters {
     fn new(per_second: u32) -> Self {
-        let rate = NonZeroU32::new(per_second).unwrap_or(NonZeroU32::MIN);
-        let burst = rate.saturating_mul(NonZeroU32::new(2).expect("2 is not 0"));
-        let quota = Quota::per_second(rate).allow_burst(burst);
         Self {
-            notices: RateLimiter::direct(quota),
-            status: RateLimiter::direct(quota),
+            clients: ClientKeys::default(),
+            notices: ClientLimits::new(per_second, client_limits::MAX_CLIENTS),
+            status: ClientLimits::new(per_second, client_limits::MAX_CLIENTS),
+            last_warning: Mutex::default(),
         }
+    }
+
+    /// Whether a notice past its limit is to be logged as a warning: one a second at most.
+    fn warn_now(&self) -> bool {
+        // Nothing panics while the lock is held.
+        let mut last = self
+            .last_warning
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let due = last.map_or(true, |at| at.elapsed() >= Duration::from_secs(1));
+        if due {
+            *last = Some(Instant::now());
+        }
+        due
     }
 }
 
@@ -359,7 +390,8 @@ pub struct ToolServerStats {
     pub cancels: u64,
     /// `close_thread` notices received (valid or not).
     pub closes: u64,
-    /// Notices answered 429.
+    /// Notices past their client's rate limit: cancels and closes answered 200 that did nothing, status questions
+    /// answered 429.
     pub rate_limited: u64,
 }
 
