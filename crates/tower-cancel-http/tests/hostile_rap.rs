@@ -3,7 +3,9 @@
 //!
 //! - the notices' rate limit is each client's (its token and its address): a flood from one host leaves another
 //!   host's cancels honoured, and every cancel is answered 200, the flood's included;
-//! - a callback URL at an internal address is refused when the server says so;
+//! - a callback URL at an internal address is refused when the server says so (a name is checked at delivery:
+//!   see the unit tests of `rap/server/deliver.rs`, since every name that resolves here is `localhost`, which is
+//!   refused at the invocation);
 
 mod support;
 
@@ -102,4 +104,76 @@ async fn a_runtime_cancelling_1000_calls_at_once_is_served_in_full() {
     );
     h.idle().await;
     assert!(h.callback.received().is_empty());
+}
+
+/// Callback URLs that lead back to the server's host or its network, the callback server's port where there is one.
+fn internal_callback_urls(h: &Harness) -> Vec<String> {
+    let port = h
+        .callback_url
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    [
+        "http://169.254.169.254/latest/meta-data/iam".to_owned(),
+        format!("http://127.0.0.1:{port}/callback"),
+        format!("http://[::1]:{port}/callback"),
+        format!("http://[::ffff:127.0.0.1]:{port}/callback"),
+        // 127.0.0.1 as reqwest reads it.
+        format!("http://2130706433:{port}/callback"),
+        "http://10.0.0.7/callback".to_owned(),
+        format!("http://localhost:{port}/callback"),
+    ]
+    .into()
+}
+
+#[tokio::test]
+async fn callbacks_to_internal_addresses_are_refused_when_the_server_says_so() {
+    let h = Harness::with(
+        CancelStack::new(Rap),
+        |server| server.refuse_private_callbacks(true),
+        vec![],
+    )
+    .await;
+    for (n, url) in internal_callback_urls(&h).into_iter().enumerate() {
+        let mut body = h.invocation("t1", &format!("c{n}"), "sleep", json!({"ms": 1}));
+        body["callback_url"] = json!(url);
+        let (status, text) = h.post("/invoke", body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{url}");
+        assert!(
+            text.starts_with("callback_url: an internal address"),
+            "{url}: {text}"
+        );
+    }
+    let refused = h.stats();
+    assert_eq!((refused.accepted, refused.refused), (0, 7));
+    // Nothing ran, nothing reached the callback server.
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    assert!(h.probe.ends().is_empty());
+    assert!(h.callback.received().is_empty());
+    assert_eq!(h.stats().undelivered, 0);
+}
+
+#[tokio::test]
+async fn callbacks_to_internal_addresses_are_delivered_when_allowed() {
+    let h = Harness::start().await;
+    let loopback = internal_callback_urls(&h).into_iter().filter(|url| {
+        url.contains("127.0.0.1") || url.contains("localhost") || url.contains("2130706433")
+    });
+    let mut delivered = 0;
+    for (n, url) in loopback.enumerate() {
+        let mut body = h.invocation("t1", &format!("c{n}"), "sleep", json!({"ms": 1}));
+        body["callback_url"] = json!(url);
+        assert_eq!(
+            h.post("/invoke", body).await,
+            (StatusCode::OK, String::new()),
+            "{url}"
+        );
+        delivered += 1;
+        h.callback.results(delivered).await;
+    }
+    assert_eq!(delivered, 4);
 }

@@ -15,6 +15,7 @@ use tower::{service_fn, ServiceBuilder};
 use tower_cancel::{CancelStack, ErrorObject, Id, Outbox, Request};
 
 use super::{
+    callback_url,
     deliver::Delivered,
     threads::{CallHold, Thread},
     ToolServer,
@@ -89,6 +90,11 @@ pub(super) async fn invoke<S: RpcService>(
     }
     if let Err(invalid) = check_callback_url(&invocation.callback_url) {
         return refuse(StatusCode::BAD_REQUEST, format!("callback_url: {invalid}"));
+    }
+    if config.refuse_private_callbacks {
+        if let Err(internal) = callback_url::check_public(&invocation.callback_url) {
+            return refuse(StatusCode::BAD_REQUEST, format!("callback_url: {internal}"));
+        }
     }
 
     if server.endpoint.state().is_shutting_down() {

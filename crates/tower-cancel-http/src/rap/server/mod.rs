@@ -1,11 +1,14 @@
 //! The tool-server side of RAP: discovery, invocations, and the runtime's cancel, close and status endpoints, as
 //! one axum `Router`. See [`ToolServer`].
 
+mod callback_url;
 mod client_key;
 mod client_limits;
 mod deliver;
+mod internal_addresses;
 mod invoke;
 mod notices;
+mod public_resolver;
 mod threads;
 
 use std::{
@@ -42,7 +45,7 @@ use crate::{
     scopes::Scopes,
 };
 
-pub use self::notices::MAX_NOTICE_BYTES;
+pub use self::{notices::MAX_NOTICE_BYTES, public_resolver::PublicResolver};
 
 /// How long a thread with nothing running is kept (with the cancels remembered for calls not yet arrived).
 pub const DEFAULT_THREAD_LINGER: Duration = Duration::from_secs(10 * 60);
@@ -71,7 +74,8 @@ pub const DEFAULT_NOTICES_PER_SECOND: u32 = 1000;
 /// whose method is the operation, whose params are the arguments and whose id is the tool call id, with a
 /// [`ToolCall`](super::ToolCall), the HTTP request's headers and extensions in its extensions; the handler has
 /// its [`RequestContext`](tower_cancel::RequestContext) as over any transport, and the stack's timeout and
-/// cascade apply. An invocation that cannot be read, or whose ids or `callback_url` are invalid, gets 400
+/// cascade apply. An invocation that cannot be read, or whose ids or `callback_url` are invalid (or internal, see
+/// [`refuse_private_callbacks`](Self::refuse_private_callbacks)), gets 400
 /// (nowhere to send a result); an unknown operation or arguments that are not an object get 200 and an error
 /// result. A second invocation of a call still in progress (a runtime's retry) is acknowledged and not run again.
 ///
@@ -135,6 +139,10 @@ struct Config {
     invoke_path: String,
     threads: Scopes<Arc<str>, Thread>,
     callback: CallbackClient,
+    // Whether `callback` is the server's own client (made again when the refusal of private callbacks changes),
+    // not one the user gave.
+    own_callback_client: bool,
+    refuse_private_callbacks: bool,
     limiter: Option<Limiters>,
     counters: Counters,
 }
@@ -161,11 +169,13 @@ impl<S> ToolServer<S> {
             invoke_path,
             threads: Scopes::new(DEFAULT_THREAD_LINGER, DEFAULT_MAX_THREADS).evict_idle_when_full(),
             callback: CallbackClient {
-                client: callback_client(),
+                client: callback_client(false),
                 attempts: 3,
                 backoff: Duration::from_millis(250),
                 attempt_timeout: Duration::from_secs(10),
             },
+            own_callback_client: true,
+            refuse_private_callbacks: false,
             limiter: Some(Limiters::new(DEFAULT_NOTICES_PER_SECOND)),
             counters: Counters::default(),
         };
@@ -216,9 +226,40 @@ impl<S> ToolServer<S> {
     }
 
     /// The HTTP client results are POSTed with (bring one with TLS, proxies or default headers for the
-    /// callback's authentication); a plain `reqwest::Client` by default.
+    /// callback's authentication); a plain `reqwest::Client` that follows no redirect by default. With
+    /// [`refuse_private_callbacks`](Self::refuse_private_callbacks), build yours with
+    /// `.dns_resolver(PublicResolver)` ([`PublicResolver`]), or the host names of callbacks are not checked (their
+    /// IP addresses still are), and with no redirect policy, or a redirect could lead anywhere.
     pub fn callback_client(self, client: reqwest::Client) -> Self {
-        self.configure(|_, config| config.callback.client = client)
+        self.configure(|_, config| {
+            config.callback.client = client;
+            config.own_callback_client = false;
+        })
+    }
+
+    /// Refuse callback URLs that lead to the server's own host or its private network: loopback, private,
+    /// link-local (cloud metadata services at `169.254.169.254`), shared (CGNAT), unique-local, multicast and
+    /// unspecified addresses, IPv4 and IPv6 (an IPv4 address inside an IPv6 one is judged as itself). Off by
+    /// default (a runtime on the same host or network is common); turn it on wherever the runtimes holding a
+    /// token are not trusted as much as the server's network: a `callback_url` is the runtime's choice, and
+    /// without this a token holder can aim results, and their retries, at internal services.
+    ///
+    /// - A URL whose host is an IP address (`http://127.0.0.1/`, `http://[::1]/`, `http://2130706433/`), or
+    ///   `localhost` or a name under `.localhost` (always loopback), is refused at the invocation: 400,
+    ///   `callback_url: an internal address ...`, and the call never runs.
+    /// - Any other host name is resolved at each delivery and only its public addresses are connected to (so a
+    ///   name that changes its answer between the invocation and the delivery gains nothing): a name with no
+    ///   public address is not delivered to (counted in [`ToolServerStats::undelivered`], not retried).
+    ///
+    /// With a client of your own ([`callback_client`](Self::callback_client)), host names are checked only if
+    /// it uses [`PublicResolver`].
+    pub fn refuse_private_callbacks(self, refuse: bool) -> Self {
+        self.configure(|_, config| {
+            config.refuse_private_callbacks = refuse;
+            if config.own_callback_client {
+                config.callback.client = callback_client(refuse);
+            }
+        })
     }
 
     /// How a result that could not be delivered is tried again: `attempts` in all (at least 1), waiting
@@ -312,12 +353,19 @@ async fn discovery<S>(State(server): State<ToolServer<S>>) -> HttpResponse {
     body::json_response(StatusCode::OK, &server.config().toolset)
 }
 
-/// A client that follows no redirect: a result goes to the URL the runtime gave, once per attempt.
-fn callback_client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap_or_default()
+/// A client that follows no redirect: a result goes to the URL the runtime gave, once per attempt. When private
+/// callbacks are refused, it connects to a host name's public addresses only.
+fn callback_client(refuse_private: bool) -> reqwest::Client {
+    let builder = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none());
+    let builder = if refuse_private {
+        builder.dns_resolver(PublicResolver)
+    } else {
+        builder
+    };
+    builder.build().unwrap_or_else(|error| {
+        // Only a TLS backend or a system configuration that cannot be loaded fails here.
+        panic!("the callback client could not be built: {error}")
+    })
 }
 
 /// The notices' quotas, each client's own: cancels and closes together, status questions apart.
