@@ -1,12 +1,17 @@
 //! Reading a POST's body: its size bounded, its content type checked, its JSON-RPC messages parsed.
 
+use std::fmt;
+
 use axum::{
     body::Body,
     response::{IntoResponse, Response as HttpResponse},
 };
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, StatusCode};
-use serde::Serialize;
+use serde::{
+    de::{IgnoredAny, SeqAccess, Visitor},
+    Deserializer as _, Serialize,
+};
 use serde_json::value::RawValue;
 use tower_cancel::{message::InvalidMessage, ErrorObject, Message};
 
@@ -62,18 +67,23 @@ pub(crate) fn check_json(headers: &HeaderMap) -> Result<(), Refused> {
     }
 }
 
-/// Parse the body's messages. A JSON array is a batch when `batches` allows it, and one invalid request
-/// (-32600) otherwise; an empty batch is one invalid request, as JSON-RPC 2.0 says.
-pub(crate) fn parse(bytes: &[u8], batches: bool) -> Messages {
-    if !is_array(bytes) || !batches {
+/// Parse the body's messages. A JSON array is a batch when `max_batch_len` allows batches (`Some`), and one
+/// invalid request (-32600) otherwise; so is an empty batch, as JSON-RPC 2.0 says, and a batch longer than
+/// `max_batch_len` (counted without keeping its elements: a body of a million tiny elements costs no more than
+/// the bound).
+pub(crate) fn parse(bytes: &[u8], max_batch_len: Option<usize>) -> Messages {
+    let Some(max) = max_batch_len.filter(|_| is_array(bytes)) else {
         return Messages::One(Message::from_slice(bytes));
-    }
-    match serde_json::from_slice::<Vec<&RawValue>>(bytes) {
-        Ok(elements) if elements.is_empty() => Messages::One(Err(InvalidMessage {
+    };
+    let invalid = |why: String| {
+        Messages::One(Err(InvalidMessage {
             id: None,
-            error: ErrorObject::invalid_request("an empty batch"),
-        })),
-        Ok(elements) => Messages::Batch(
+            error: ErrorObject::invalid_request(why),
+        }))
+    };
+    match elements(bytes, max) {
+        Ok(Elements::Within(elements)) if elements.is_empty() => invalid("an empty batch".into()),
+        Ok(Elements::Within(elements)) => Messages::Batch(
             elements
                 .into_iter()
                 .map(|element| {
@@ -89,9 +99,52 @@ pub(crate) fn parse(bytes: &[u8], batches: bool) -> Messages {
                 })
                 .collect(),
         ),
+        Ok(Elements::Over(len)) => invalid(format!(
+            "a batch of {len} messages is over the limit of {max}"
+        )),
         // Not JSON, or an array that does not close: the whole body is unreadable.
         Err(_) => Messages::One(Message::from_slice(bytes)),
     }
+}
+
+/// A batch's elements, or how many there were past the bound.
+enum Elements<'a> {
+    Within(Vec<&'a RawValue>),
+    Over(usize),
+}
+
+/// Read the array in `bytes` element by element, keeping at most `max` of them.
+fn elements(bytes: &[u8], max: usize) -> Result<Elements<'_>, serde_json::Error> {
+    struct Bounded(usize);
+
+    impl<'de> Visitor<'de> for Bounded {
+        type Value = Elements<'de>;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a JSON-RPC batch")
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            let mut kept = Vec::with_capacity(self.0.min(seq.size_hint().unwrap_or(0)).min(64));
+            while let Some(element) = seq.next_element::<&'de RawValue>()? {
+                if kept.len() == self.0 {
+                    // Past the bound: count the rest (the body must still be one whole array), keep none.
+                    let mut len = kept.len() + 1;
+                    while seq.next_element::<IgnoredAny>()?.is_some() {
+                        len += 1;
+                    }
+                    return Ok(Elements::Over(len));
+                }
+                kept.push(element);
+            }
+            Ok(Elements::Within(kept))
+        }
+    }
+
+    let mut reader = serde_json::Deserializer::from_slice(bytes);
+    let elements = reader.deserialize_seq(Bounded(max))?;
+    reader.end()?;
+    Ok(elements)
 }
 
 fn is_array(bytes: &[u8]) -> bool {

@@ -7,7 +7,12 @@ use axum::body::Body;
 use bytes::Bytes;
 use tower_cancel::{bus::Replica, Scope};
 
-use super::{limits::DEFAULT_MAX_BODY_BYTES, state::State, Core, Front};
+use super::{
+    limits::{DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_IN_FLIGHT, DEFAULT_MAX_IN_FLIGHT_PER_SCOPE},
+    quota::Quota,
+    state::State,
+    Core, Front,
+};
 use crate::body::{self, Refused};
 
 /// What a front end's protocol adds to the skeleton's shutdown.
@@ -26,6 +31,10 @@ pub(crate) struct Settings {
     pub(crate) max_body_bytes: usize,
     /// Set when the server is one replica of several: scopes kept under a shared key are attached to it.
     pub(crate) replica: Option<Replica>,
+    /// The most requests running at once, over every client.
+    pub(crate) max_in_flight: usize,
+    /// The most requests one scope (a session, a principal, a thread) runs at once.
+    pub(crate) max_in_flight_per_scope: usize,
 }
 
 impl Default for Settings {
@@ -33,6 +42,8 @@ impl Default for Settings {
         Self {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             replica: None,
+            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            max_in_flight_per_scope: DEFAULT_MAX_IN_FLIGHT_PER_SCOPE,
         }
     }
 }
@@ -51,6 +62,11 @@ impl Settings {
             Some(replica) => replica.scope_owned(key(), owner, scope),
             None => scope,
         }
+    }
+
+    /// A count of one scope's requests, bounded by `max_in_flight_per_scope`.
+    pub(crate) fn scope_quota(&self) -> Quota {
+        Quota::new(self.max_in_flight_per_scope)
     }
 }
 
@@ -85,7 +101,7 @@ impl<S, C: Protocol> Endpoint<S, C> {
             service,
             shared: Arc::new(Shared {
                 name,
-                state: State::default(),
+                state: State::new(Quota::new(settings.max_in_flight)),
                 settings,
                 protocol,
             }),
@@ -102,6 +118,8 @@ impl<S, C: Protocol> Endpoint<S, C> {
             )
         };
         change(&mut shared.settings, &mut shared.protocol);
+        // Nothing runs yet (nothing could reach an endpoint that is not cloned): the count starts anew.
+        shared.state.running = Quota::new(shared.settings.max_in_flight);
         self
     }
 

@@ -15,6 +15,13 @@
 //! - **Running.** Each request arrives on a [`Link`] of the front end (an HTTP request's exchange, a WebSocket's
 //!   connection), which carries the HTTP request's extensions and headers to the handler and whose drop is the
 //!   client's hang-up; each runs on a task of its own, counted in [`Front::in_flight`].
+//! - **Bounds.** No client can make a front end hold without bound. Each request takes a place in the front
+//!   end's bound on requests in flight ([`DEFAULT_MAX_IN_FLIGHT`], each front end's `max_in_flight`) and in its
+//!   scope's, where its scope outlives it ([`DEFAULT_MAX_IN_FLIGHT_PER_SCOPE`]: an MCP session, a JSON-RPC
+//!   principal, a RAP thread, an ABP session), before it runs ([`Front::admit`], a [`Quota`] each); past either
+//!   it is refused without running, the protocol's way of saying "busy" (HTTP 503 with `Retry-After`, ABP's
+//!   `RATE_LIMITED`), and counted in [`FrontStats::busy`]. Notifications need no place: a cancel is never
+//!   refused.
 //! - **Stats.** [`Front::stats`] gives the part every front end has ([`FrontStats`]); a front end's own counters
 //!   are its own `stats()`.
 //! - **Shutdown.** [`Front::shutdown`] cancels every request in flight with reason `Shutdown`, answered as its
@@ -41,20 +48,30 @@
 //!     // One HTTP request: an exchange of a scope of its own, whose end is a cancel where the client hangs up.
 //!     let link = front.link(Scope::new().connect_exchange(Outbox::closed()), OnHangUp::Cancel);
 //!     match link.receive(message, Some(head)) {
-//!         Incoming::Request(request) => front.spawn(stack, request, ()).await.unwrap_or_default(),
+//!         Incoming::Request(request) => match front.admit(1, None) {
+//!             Ok(mut room) => {
+//!                 let admitted = room.next().expect("room for one");
+//!                 front.spawn(stack, request, admitted, ()).await.unwrap_or_default()
+//!             }
+//!             // A real front end answers its protocol's "busy" (HTTP 503 with `Retry-After`).
+//!             Err(_busy) => None,
+//!         },
 //!         Incoming::Response(_) | Incoming::Consumed => None,
 //!     }
 //! }
 //! ```
 
-// The floor plan: `endpoint` (what a front end is built of, `configure`) stands on `state` (`running`, `links`);
-// `link` and this file (the public handle) on both; `router` and `limits` on nothing of the crate.
+// The floor plan: `endpoint` (what a front end is built of, `configure`) stands on `state` (`quota`, `links`);
+// `admission` on `quota`; `link` and this file (the public handle) on all of them; `router`, `busy` and `limits`
+// on nothing of the crate.
+mod admission;
+mod busy;
 mod endpoint;
 mod limits;
 mod link;
 mod links;
+mod quota;
 mod router;
-mod running;
 mod state;
 
 use std::{fmt, future::Future, sync::Arc};
@@ -63,14 +80,19 @@ use tokio::task::JoinHandle;
 use tower_cancel::{CancelReason, Connection, Request, Response};
 
 use self::state::State;
+pub use self::{
+    admission::{Admission, Admitted},
+    limits::{
+        BUSY_RETRY_AFTER_SECS, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_IN_FLIGHT,
+        DEFAULT_MAX_IN_FLIGHT_PER_SCOPE, MAX_ID_BYTES,
+    },
+    link::{Link, OnHangUp},
+    quota::{Busy, Permit, Permits, Quota},
+};
 pub(crate) use self::{
+    busy::busy_response,
     endpoint::{Endpoint, Protocol, Settings},
     router::mount,
-    running::{Running, RunningGuard},
-};
-pub use self::{
-    limits::{DEFAULT_MAX_BODY_BYTES, MAX_ID_BYTES},
-    link::{Link, OnHangUp},
 };
 use crate::call::{self, RpcService};
 
@@ -98,6 +120,9 @@ pub struct FrontStats {
     pub in_flight: usize,
     /// Requests and notifications taken so far (a cancel message included).
     pub requests: u64,
+    /// Requests refused so far because a bound on requests in flight was reached (the front end's or a
+    /// scope's): answered the protocol's way of saying "busy", never run.
+    pub busy: u64,
     /// Links open now: HTTP requests being answered, WebSocket sessions.
     pub open: usize,
     /// Whether the shutdown has begun.
@@ -112,7 +137,7 @@ impl Front {
 
     /// How many requests run now.
     pub fn in_flight(&self) -> usize {
-        self.core.state().running.get()
+        self.core.state().running.in_use()
     }
 
     /// The counters.
@@ -173,21 +198,52 @@ impl Front {
         Link::new(self.clone(), connection, on_hang_up)
     }
 
-    /// Call `service` with `request` on a task of its own, counted in [`in_flight`](Self::in_flight) until it
-    /// ends, keeping `hold` (a lease on the request's scope, say) as long. The task's output is the request's
-    /// reply: none for a notification, or where the dialect answers a cancelled request with silence; a service
-    /// error or a panic is answered -32603.
+    /// Room for `requests` more requests (one, or a batch's), in this front end's bound on requests in flight
+    /// and, if given, in their scope's `quota` (an MCP session's, a principal's): all of it, or [`Busy`] having
+    /// taken nothing, counted in [`FrontStats::busy`]. Take it before the requests are received, and answer
+    /// [`Busy`] the protocol's way (over HTTP, [`Busy`] is 503 with `Retry-After`). Notifications (a cancel
+    /// above all) need no room: a cancel is never refused for being one too many.
+    pub fn admit(&self, requests: usize, quota: Option<&Quota>) -> Result<Admission, Busy> {
+        let state = self.core.state();
+        Admission::take(&state.running, quota, requests).inspect_err(|busy| {
+            state.count_busy(requests);
+            tracing::debug!(requests, max = busy.max, "busy: refused");
+        })
+    }
+
+    /// A place for one message's request: room in the bounds ([`admit`](Self::admit)) for a request, and none
+    /// needed for a `notification` (it has no reply to keep, and a cancel must never be refused), which is only
+    /// counted while it runs.
+    pub fn admit_one(&self, notification: bool, quota: Option<&Quota>) -> Result<Admitted, Busy> {
+        if notification {
+            return Ok(self.counted());
+        }
+        let mut room = self.admit(1, quota)?;
+        Ok(room.next().expect("room for one"))
+    }
+
+    /// A place counted in [`in_flight`](Self::in_flight) without room taken in the bound: a notification's.
+    pub(crate) fn counted(&self) -> Admitted {
+        Admitted::counted(self.running())
+    }
+
+    /// Call `service` with `request` on a task of its own, counted in [`in_flight`](Self::in_flight) (by its
+    /// `admitted` place) until it ends, keeping `hold` (a lease on the request's scope, say) as long. The task's
+    /// output is the request's reply: none for a notification, or where the dialect answers a cancelled request
+    /// with silence; a service error or a panic is answered -32603.
     pub fn spawn<S: RpcService, H: Send + 'static>(
         &self,
         service: S,
         request: Request,
+        admitted: Admitted,
         hold: H,
     ) -> JoinHandle<Option<Response>> {
-        call::spawn(service, request, (hold, self.running()))
+        call::spawn(service, request, (hold, admitted))
     }
 
-    /// One more request running, until the guard is dropped (for a front end that runs its requests itself).
-    pub(crate) fn running(&self) -> RunningGuard {
+    /// One more request running, whatever the bound, until the permit is dropped: for what was admitted already
+    /// and goes on counting (a RAP call from its acceptance to its result's delivery).
+    pub(crate) fn running(&self) -> Permit {
         self.core.state().running.enter()
     }
 }

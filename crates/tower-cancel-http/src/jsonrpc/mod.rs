@@ -54,6 +54,7 @@
 //! The HTTP request's extensions (a principal, for one) are copied into each JSON-RPC request's extensions,
 //! with the request's headers (`http::HeaderMap`), for the handler to read.
 
+mod batch;
 mod principal;
 
 use std::{
@@ -73,14 +74,18 @@ use axum::{
 };
 use http::{header, HeaderValue, Method, StatusCode};
 use tower::Layer;
-use tower_cancel::{bus::Replica, Incoming, Outbox, Response, Scope};
+use tower_cancel::{bus::Replica, Incoming, Message, Outbox, Response, Scope};
 use tower_service::Service;
 
-use self::principal::{PrincipalScopes, Principals};
+pub use self::batch::{DEFAULT_MAX_BATCH_LEN, DEFAULT_MAX_BATCH_REPLY_BYTES};
+use self::{
+    batch::ReplyBudget,
+    principal::{PrincipalScopes, Principals},
+};
 use crate::{
     body::{self, Messages},
     call::{self, RpcService},
-    front::{self, Endpoint, Front, FrontStats, OnHangUp, Protocol, Settings},
+    front::{self, busy_response, Endpoint, Front, FrontStats, OnHangUp, Protocol, Settings},
 };
 
 /// How long a principal's scope is kept after its last request ended (for cancels that come late or early).
@@ -96,6 +101,8 @@ pub struct JsonRpc<S> {
 struct Config {
     cancel_on_disconnect: bool,
     principals: Option<Box<dyn Principals>>,
+    max_batch_len: usize,
+    max_batch_reply_bytes: usize,
 }
 
 impl Protocol for Config {}
@@ -107,6 +114,8 @@ impl<S> JsonRpc<S> {
         let config = Config {
             cancel_on_disconnect: true,
             principals: None,
+            max_batch_len: DEFAULT_MAX_BATCH_LEN,
+            max_batch_reply_bytes: DEFAULT_MAX_BATCH_REPLY_BYTES,
         };
         Self {
             endpoint: Endpoint::new("JsonRpc", service, Settings::default(), config),
@@ -122,6 +131,33 @@ impl<S> JsonRpc<S> {
     /// The largest body accepted (413 above it).
     pub fn max_body_bytes(self, bytes: usize) -> Self {
         self.configure(|settings, _| settings.max_body_bytes = bytes)
+    }
+
+    /// The most requests running at once over every POST ([`DEFAULT_MAX_IN_FLIGHT`](crate::front::DEFAULT_MAX_IN_FLIGHT)
+    /// by default). A POST whose requests do not all fit is answered 503 with `Retry-After`, and none of them runs
+    /// (a batch counts each of its requests; notifications, a cancel above all, need no room).
+    pub fn max_in_flight(self, requests: usize) -> Self {
+        self.configure(|settings, _| settings.max_in_flight = requests)
+    }
+
+    /// The most requests one principal runs at once, with [`scope_by_principal`](Self::scope_by_principal)
+    /// ([`DEFAULT_MAX_IN_FLIGHT_PER_SCOPE`](crate::front::DEFAULT_MAX_IN_FLIGHT_PER_SCOPE) by default); past it,
+    /// 503 as past [`max_in_flight`](Self::max_in_flight).
+    pub fn max_in_flight_per_principal(self, requests: usize) -> Self {
+        self.configure(|settings, _| settings.max_in_flight_per_scope = requests)
+    }
+
+    /// The most messages in a batch ([`DEFAULT_MAX_BATCH_LEN`] by default): a longer batch is answered with one
+    /// -32600 error, and none of it runs.
+    pub fn max_batch_len(self, messages: usize) -> Self {
+        self.configure(|_, config| config.max_batch_len = messages)
+    }
+
+    /// The most bytes a batch's replies take, written out ([`DEFAULT_MAX_BATCH_REPLY_BYTES`] by default): a
+    /// reply that would take them past it is replaced by a -32603 error with its id, so a batch's answer never
+    /// holds more.
+    pub fn max_batch_reply_bytes(self, bytes: usize) -> Self {
+        self.configure(|_, config| config.max_batch_reply_bytes = bytes)
     }
 
     /// Scope cancels by principal: the POSTs whose HTTP request carries the same `P` in its extensions (put
@@ -164,7 +200,7 @@ impl<S> JsonRpc<S> {
     /// How many requests are running now, over every POST (each runs on a task of its own until it is settled).
     /// Zero means no request of this endpoint holds a registry entry.
     pub fn in_flight(&self) -> usize {
-        self.endpoint.state().running.get()
+        self.endpoint.state().running.in_use()
     }
 
     /// The counters (see [`FrontStats`]).
@@ -287,25 +323,35 @@ async fn serve<S: RpcService>(
         .principals
         .as_ref()
         .and_then(|principals| principals.lease(&parts.extensions, endpoint.settings()));
-    let (scope, lease) = match principal {
-        Some(Ok((scope, lease))) => (scope, Some(lease)),
+    let (scope, quota, lease) = match principal {
+        Some(Ok((scope, quota, lease))) => (scope, Some(quota), Some(lease)),
         Some(Err(_full)) => {
             return (StatusCode::SERVICE_UNAVAILABLE, "too many principals").into_response()
         }
-        None => (Scope::new(), None),
+        None => (Scope::new(), None, None),
     };
     let lease: Option<std::sync::Arc<dyn Send + Sync>> = lease.map(std::sync::Arc::from);
 
-    // Nothing but the replies goes back over plain HTTP (no progress, no requests of the server's own).
+    let (batch, messages) = match body::parse(&bytes, Some(config.max_batch_len)) {
+        Messages::One(message) => (false, vec![message]),
+        Messages::Batch(messages) => (true, messages),
+    };
+    // Room for every request of the POST before any is received: all of them run, or none (503).
+    let requests = messages
+        .iter()
+        .filter(|message| matches!(message, Ok(Message::Request(request)) if !request.is_notification()))
+        .count();
     let front = endpoint.front();
+    let mut room = match front.admit(requests, quota.as_ref()) {
+        Ok(room) => room,
+        Err(busy) => return busy_response(&busy),
+    };
+    // Nothing but the replies goes back over plain HTTP (no progress, no requests of the server's own).
     let link = front.link(
         scope.connect_exchange(Outbox::closed()),
         OnHangUp::cancel_if(config.cancel_on_disconnect),
     );
-    let (batch, messages) = match body::parse(&bytes, true) {
-        Messages::One(message) => (false, vec![message]),
-        Messages::Batch(messages) => (true, messages),
-    };
+    let budget = batch.then(|| ReplyBudget::new(config.max_batch_reply_bytes));
     let mut replies = Vec::with_capacity(messages.len());
     for message in messages {
         let message = match message {
@@ -317,31 +363,87 @@ async fn serve<S: RpcService>(
         };
         match link.receive(message, Some(&parts)) {
             Incoming::Request(request) => {
-                let task = front.spawn(endpoint.service.clone(), request, lease.clone());
+                // A notification runs without a place of its own in the count (it has no reply to wait for, and a
+                // cancel must never be refused); it is still counted while it runs.
+                let place = match request.is_notification() {
+                    true => front.counted(),
+                    false => room.next().unwrap_or_else(|| front.counted()),
+                };
+                let hold = (lease.clone(), place);
+                let task = spawn(endpoint.service.clone(), request, hold, budget.clone());
                 replies.push(Reply::Later(task));
             }
             // A reply from the client: over plain HTTP the server never sends requests, so it answers nothing.
             Incoming::Response(_) | Incoming::Consumed => {}
         }
     }
+    drop(room);
     let mut answered = Vec::with_capacity(replies.len());
     for reply in replies {
         let reply = match reply {
-            Reply::Now(reply) => Some(reply),
-            Reply::Later(task) => call::reply(task).await,
+            Reply::Now(reply) => Some(Written::Reply(reply)),
+            Reply::Later(task) => task.await.unwrap_or_default(),
         };
         answered.extend(reply);
     }
     // The link is the client's hang-up until here (see `OnHangUp`).
     drop(link);
-    match (batch, answered.len()) {
-        (_, 0) => StatusCode::NO_CONTENT.into_response(),
-        (false, _) => body::json_response(StatusCode::OK, &answered[0]),
-        (true, _) => body::json_response(StatusCode::OK, &answered),
+    if answered.is_empty() {
+        return StatusCode::NO_CONTENT.into_response();
     }
+    if !batch {
+        return match answered.swap_remove(0) {
+            Written::Reply(reply) => body::json_response(StatusCode::OK, &reply),
+            Written::Out(reply) => json_bytes(bytes::Bytes::from(reply.get().to_owned())),
+        };
+    }
+    let written: Vec<_> = answered
+        .into_iter()
+        .map(|reply| match reply {
+            Written::Out(reply) => reply,
+            Written::Reply(reply) => batch::write(&reply),
+        })
+        .collect();
+    json_bytes(batch::array(&written))
+}
+
+/// A reply as the POST's task gives it: written out already (a batch's, within its budget), or as it is.
+enum Written {
+    Reply(Response),
+    Out(Box<serde_json::value::RawValue>),
+}
+
+/// Call `service` with `request` on a task of its own, keeping `hold` until it ends; a batch's reply is written out
+/// there, within the batch's `budget`, so that a large one is let go as soon as it is made.
+fn spawn<S: RpcService, H: Send + 'static>(
+    service: S,
+    request: tower_cancel::Request,
+    hold: H,
+    budget: Option<ReplyBudget>,
+) -> tokio::task::JoinHandle<Option<Written>> {
+    tokio::spawn(async move {
+        let _hold = hold;
+        let reply = call::run(service, request).await?;
+        Some(match budget {
+            Some(budget) => Written::Out(budget.fit(reply)),
+            None => Written::Reply(reply),
+        })
+    })
+}
+
+fn json_bytes(body: bytes::Bytes) -> HttpResponse {
+    (
+        StatusCode::OK,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        body,
+    )
+        .into_response()
 }
 
 enum Reply {
     Now(Response),
-    Later(tokio::task::JoinHandle<Option<Response>>),
+    Later(tokio::task::JoinHandle<Option<Written>>),
 }

@@ -5,12 +5,26 @@ use std::{fmt, hash::Hash, time::Duration};
 use tower_cancel::Scope;
 
 use crate::{
-    front::Settings,
-    scopes::{Full, Scopes},
+    front::{Quota, Settings},
+    scopes::{Full, Scoped, Scopes},
 };
 
-/// A principal's scope and the lease that keeps it while a request uses it.
-pub(super) type Leased = (Scope, Box<dyn Send + Sync>);
+/// A principal's scope, the count of its requests in flight, and the lease that keeps them while a request
+/// uses them.
+pub(super) type Leased = (Scope, Quota, Box<dyn Send + Sync>);
+
+/// What is kept per principal.
+struct Principal {
+    scope: Scope,
+    // Bounded by the settings' `max_in_flight_per_scope`: one principal cannot take the whole endpoint's room.
+    in_flight: Quota,
+}
+
+impl Scoped for Principal {
+    fn scope(&self) -> &Scope {
+        &self.scope
+    }
+}
 
 /// The table of principals' scopes, with the principal's type erased.
 pub(super) trait Principals: Send + Sync + 'static {
@@ -24,7 +38,7 @@ pub(super) trait Principals: Send + Sync + 'static {
 }
 
 pub(super) struct PrincipalScopes<P> {
-    scopes: Scopes<P, Scope>,
+    scopes: Scopes<P, Principal>,
     // How a principal is named in its scope's replica key and as its cancels' owner (its `Display`); none for a
     // principal that cannot be written, whose scope stays on this replica.
     name: Option<fn(&P) -> String>,
@@ -58,18 +72,27 @@ impl<P: Clone + Eq + Hash + Send + Sync + 'static> Principals for PrincipalScope
         settings: &Settings,
     ) -> Option<Result<Leased, Full>> {
         let principal = extensions.get::<P>()?;
-        let make = || match self.name {
-            Some(name) => {
-                let name = name(principal);
-                let key = || format!("jsonrpc:principal:{name}");
-                settings.attach(key, Some(name.clone()), Scope::new())
+        let make = || {
+            let scope = match self.name {
+                Some(name) => {
+                    let name = name(principal);
+                    let key = || format!("jsonrpc:principal:{name}");
+                    settings.attach(key, Some(name.clone()), Scope::new())
+                }
+                None => Scope::new(),
+            };
+            Principal {
+                scope,
+                in_flight: settings.scope_quota(),
             }
-            None => Scope::new(),
         };
         Some(
             self.scopes
                 .lease_or_insert(principal.clone(), make)
-                .map(|lease| ((*lease).clone(), Box::new(lease) as Box<dyn Send + Sync>)),
+                .map(|lease| {
+                    let (scope, quota) = (lease.scope.clone(), lease.in_flight.clone());
+                    (scope, quota, Box::new(lease) as Box<dyn Send + Sync>)
+                }),
         )
     }
 }

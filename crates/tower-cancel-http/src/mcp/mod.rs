@@ -118,7 +118,7 @@ use self::{
 use crate::{
     body::{self, Messages},
     call::{self, RpcService},
-    front::{self, Endpoint, Front, FrontStats, OnHangUp, Protocol, Settings},
+    front::{self, busy_response, Endpoint, Front, FrontStats, OnHangUp, Protocol, Settings},
     scopes::Scoped,
 };
 
@@ -128,7 +128,9 @@ pub const SESSION_ID: &str = "mcp-session-id";
 pub const DEFAULT_KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// How long a session with no request is kept, by default.
 pub const DEFAULT_SESSION_IDLE: Duration = Duration::from_secs(30 * 60);
-/// How many sessions are kept at most, by default (an `initialize` beyond them gets 503).
+/// How many sessions are kept at most, by default. An `initialize` beyond them takes the place of the session
+/// idle for longest with nothing in flight (its client gets 404 and initializes again); only when every session
+/// has a request in flight is it refused, 503.
 pub const DEFAULT_MAX_SESSIONS: usize = 10_000;
 
 /// Serves MCP over Streamable HTTP, both revisions. See the [module docs](self).
@@ -188,7 +190,23 @@ impl<S> McpHttp<S> {
         self.configure(|settings, _| settings.max_body_bytes = bytes)
     }
 
-    /// How long a session with no request is kept, and how many sessions are kept at most.
+    /// The most requests running at once, over every session and stateless request
+    /// ([`DEFAULT_MAX_IN_FLIGHT`](crate::front::DEFAULT_MAX_IN_FLIGHT) by default). A request past it is answered
+    /// 503 with `Retry-After` and never runs; notifications (`notifications/cancelled` above all) need no room.
+    pub fn max_in_flight(self, requests: usize) -> Self {
+        self.configure(|settings, _| settings.max_in_flight = requests)
+    }
+
+    /// The most requests one session runs at once
+    /// ([`DEFAULT_MAX_IN_FLIGHT_PER_SCOPE`](crate::front::DEFAULT_MAX_IN_FLIGHT_PER_SCOPE) by default): in the
+    /// session revision a client that hangs up does not cancel, so this is what bounds the requests one client
+    /// leaves running. Past it, 503 as past [`max_in_flight`](Self::max_in_flight).
+    pub fn max_in_flight_per_session(self, requests: usize) -> Self {
+        self.configure(|settings, _| settings.max_in_flight_per_scope = requests)
+    }
+
+    /// How long a session with no request is kept, and how many sessions are kept at most (see
+    /// [`DEFAULT_MAX_SESSIONS`] for a full table).
     pub fn session_limits(self, idle: Duration, max_sessions: usize) -> Self {
         self.configure(|_, config| config.sessions = Sessions::new(idle, max_sessions))
     }
@@ -207,7 +225,7 @@ impl<S> McpHttp<S> {
     /// How many requests are running now, over every session and stateless POST. Zero means no request of this
     /// endpoint holds a registry entry.
     pub fn in_flight(&self) -> usize {
-        self.endpoint.state().running.get()
+        self.endpoint.state().running.in_use()
     }
 
     /// How many sessions are open.
@@ -376,7 +394,7 @@ impl<S: RpcService> Post<S> {
             Ok(bytes) => bytes,
             Err(refused) => return (refused.status, refused.detail).into_response(),
         };
-        let message = match body::parse(&bytes, false) {
+        let message = match body::parse(&bytes, None) {
             Messages::One(Ok(message)) => message,
             Messages::One(Err(invalid)) => {
                 return error(StatusCode::BAD_REQUEST, invalid.id, invalid.error)
@@ -419,7 +437,13 @@ impl<S: RpcService> Post<S> {
             }
         };
         let notification = request.is_notification();
-        let task = self.front.spawn(self.endpoint.service.clone(), request, ());
+        let admitted = match self.front.admit_one(notification, None) {
+            Ok(admitted) => admitted,
+            Err(busy) => return busy_response(&busy),
+        };
+        let task = self
+            .front
+            .spawn(self.endpoint.service.clone(), request, admitted, ());
         if notification {
             call::reply(task).await;
             return StatusCode::ACCEPTED.into_response();
@@ -490,9 +514,16 @@ impl<S: RpcService> Post<S> {
                     }
                 };
                 let notification = request.is_notification();
-                let task =
-                    self.front
-                        .spawn(self.endpoint.service.clone(), request, session.clone());
+                let admitted = match self.front.admit_one(notification, Some(&session.in_flight)) {
+                    Ok(admitted) => admitted,
+                    Err(busy) => return busy_response(&busy),
+                };
+                let task = self.front.spawn(
+                    self.endpoint.service.clone(),
+                    request,
+                    admitted,
+                    session.clone(),
+                );
                 if notification {
                     call::reply(task).await;
                     return StatusCode::ACCEPTED.into_response();
@@ -526,7 +557,12 @@ impl<S: RpcService> Post<S> {
             .front
             .link(scope.connect_exchange(Outbox::closed()), OnHangUp::RunOn);
         if let Incoming::Request(request) = link.receive(message, None) {
-            call::reply(self.front.spawn(self.endpoint.service.clone(), request, ())).await;
+            // A cancel: it needs no room.
+            let admitted = self.front.counted();
+            let task = self
+                .front
+                .spawn(self.endpoint.service.clone(), request, admitted, ());
+            call::reply(task).await;
         }
         tracing::debug!(session = %session_id, "cancel for a session of another replica: handed to the bus");
         StatusCode::ACCEPTED.into_response()
@@ -562,7 +598,17 @@ impl<S: RpcService> Post<S> {
             version: header_text(&parts.headers, PROTOCOL_VERSION),
         };
         let request = with_revision(request, revision);
-        let reply = call::reply(self.front.spawn(self.endpoint.service.clone(), request, ())).await;
+        let admitted = match self.front.admit_one(false, Some(&session.in_flight)) {
+            Ok(admitted) => admitted,
+            Err(busy) => {
+                sessions.close(&session_id, CancelReason::Disconnect);
+                return busy_response(&busy);
+            }
+        };
+        let task = self
+            .front
+            .spawn(self.endpoint.service.clone(), request, admitted, ());
+        let reply = call::reply(task).await;
         drop(session);
         let Some(reply) = reply else {
             sessions.close(&session_id, CancelReason::Disconnect);

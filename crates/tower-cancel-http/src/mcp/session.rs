@@ -5,14 +5,16 @@ use std::{fmt::Write, time::Duration};
 use tower_cancel::{dialect::Mcp, Scope};
 
 use crate::{
-    front::Settings,
+    front::{Quota, Settings},
     scopes::{Full, Lease, Scoped, Scopes},
 };
 
-/// A session: the scope its requests share (a cancel POSTed in it reaches its requests only).
+/// A session: the scope its requests share (a cancel POSTed in it reaches its requests only), and the count of
+/// its requests in flight, bounded by the settings' `max_in_flight_per_scope`.
 #[derive(Debug)]
 pub(crate) struct Session {
     scope: Scope,
+    pub(crate) in_flight: Quota,
 }
 
 impl Scoped for Session {
@@ -30,9 +32,12 @@ pub(crate) struct Sessions {
 }
 
 impl Sessions {
+    /// Sessions idle for `idle` are dropped, and at most `max` are kept: when the table is full, a new session
+    /// takes the place of the one idle for longest with nothing in flight (its client gets 404 and initializes
+    /// again, as the revision says clients do), so that a flood of `initialize` cannot lock new clients out.
     pub(crate) fn new(idle: Duration, max: usize) -> Self {
         Self {
-            table: Scopes::new(idle, max),
+            table: Scopes::new(idle, max).evict_idle_when_full(),
         }
     }
 
@@ -41,7 +46,8 @@ impl Sessions {
     pub(crate) fn open(&self, settings: &Settings) -> Result<SessionLease, Full> {
         let id = mint();
         let scope = settings.attach(|| replica_key(&id), None, Scope::with_dialect(Mcp));
-        self.table.insert(id, Session { scope })
+        let in_flight = settings.scope_quota();
+        self.table.insert(id, Session { scope, in_flight })
     }
 
     pub(crate) fn get(&self, id: &str) -> Option<SessionLease> {

@@ -169,7 +169,7 @@ impl<S> AbpApp<S> {
 
     /// Calls running now, in every session.
     pub fn in_flight(&self) -> usize {
-        self.endpoint.state().running.get()
+        self.endpoint.state().running.in_use()
     }
 
     /// The counters; what every front end counts is [`front`](Self::front)'s.
@@ -236,9 +236,17 @@ impl<S: RpcService> AbpApp<S> {
         self.configure(|settings, _| settings.max_body_bytes = bytes)
     }
 
-    /// How many calls one session may have running ([`DEFAULT_MAX_CALLS_PER_SESSION`] by default).
+    /// How many calls one session may have running ([`DEFAULT_MAX_CALLS_PER_SESSION`] by default); a call past
+    /// it is answered `RATE_LIMITED` (retryable) without running.
     pub fn max_calls_per_session(self, calls: usize) -> Self {
         self.configure(|_, config| config.max_calls_per_session = calls)
+    }
+
+    /// How many calls may run at once over every session
+    /// ([`DEFAULT_MAX_IN_FLIGHT`](crate::front::DEFAULT_MAX_IN_FLIGHT) by default); a call past it is answered
+    /// `RATE_LIMITED` (retryable) without running. A cancel is never refused.
+    pub fn max_in_flight(self, calls: usize) -> Self {
+        self.configure(|settings, _| settings.max_in_flight = calls)
     }
 
     fn configure(self, change: impl FnOnce(&mut Settings, &mut Config)) -> Self {

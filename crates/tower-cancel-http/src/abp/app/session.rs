@@ -44,7 +44,7 @@ use crate::{
         MAX_ID_BYTES, PROTOCOL_VERSION,
     },
     call::{self, RpcService},
-    front::{Endpoint, Front, Link, OnHangUp, Running},
+    front::{Endpoint, Front, Link, OnHangUp, Quota},
 };
 
 /// The queue to the writer, behind the lock that orders acknowledgments before the results they cancel.
@@ -76,7 +76,7 @@ struct Session<S> {
     outbox: Outbox,
     state: State,
     // Calls of this session whose tasks have not ended (their result may still be on its way).
-    running: Running,
+    running: Quota,
     // Each call's task holds a clone: once all are dropped, `ended` yields `None`.
     alive: Option<mpsc::Sender<()>>,
 }
@@ -110,7 +110,7 @@ pub(super) async fn run<S: RpcService>(socket: WebSocket, app: Endpoint<S, Confi
         }),
         outbox,
         state: State::Uninitialized,
-        running: Running::default(),
+        running: Quota::new(app.protocol().max_calls_per_session),
         alive: Some(alive),
     };
     tracing::debug!("ABP session opened");
@@ -277,15 +277,6 @@ impl<S: RpcService> Session<S> {
             // The agent's library MUST make one; a call without is still run, though nothing can cancel it.
             None => uuid::Uuid::new_v4().to_string(),
         };
-        if self.running.get() >= self.app.protocol().max_calls_per_session {
-            let error = ErrorBody::new(
-                render::RATE_LIMITED,
-                "too many calls running in this session",
-                true,
-            );
-            self.out.send(&render::refused_call(envelope.id, error));
-            return;
-        }
         let params = match call.params.as_ref().map(to_raw_value).transpose() {
             Ok(params) => params,
             Err(why) => {
@@ -307,6 +298,16 @@ impl<S: RpcService> Session<S> {
                 });
             }
         }
+        // Room in the app's bound and the session's, taken before the call is registered: a call past either is
+        // refused without running, and its place in neither count.
+        let admitted = match self.front.admit(1, Some(&self.running)) {
+            Ok(mut room) => room.next().expect("room for one call"),
+            Err(busy) => {
+                let error = ErrorBody::new(render::RATE_LIMITED, busy.to_string(), true);
+                self.out.send(&render::refused_call(envelope.id, error));
+                return;
+            }
+        };
         link.prepare(&mut request, None);
         self.app
             .protocol()
@@ -317,11 +318,7 @@ impl<S: RpcService> Session<S> {
         // so a cancel right behind it finds it.
         let reply = call::start(self.app.service.clone(), request);
         let out = self.out.clone();
-        let guards = (
-            self.app.state().running.enter(),
-            self.running.enter(),
-            self.alive.clone(),
-        );
+        let guards = (admitted, self.alive.clone());
         let id = envelope.id;
         tokio::spawn(async move {
             let _guards = guards;

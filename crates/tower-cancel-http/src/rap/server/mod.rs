@@ -279,7 +279,7 @@ impl<S> ToolServer<S> {
     /// How many calls are running now (their handler, or their result's delivery). Zero means no call holds a
     /// registry entry or a task.
     pub fn in_flight(&self) -> usize {
-        self.endpoint.state().running.get()
+        self.endpoint.state().running.in_use()
     }
 
     /// How many threads are kept now (running ones, and idle ones within their linger).

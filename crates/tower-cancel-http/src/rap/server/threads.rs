@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use tower_cancel::{Registry, Scope};
 
 use crate::{
-    front::{RunningGuard, Settings},
+    front::{Permit, Settings},
     scopes::{Lease, Scoped},
 };
 
@@ -100,15 +100,11 @@ impl Thread {
 pub(super) struct CallHold {
     thread: Lease<Arc<str>, Thread>,
     id: Arc<str>,
-    _running: RunningGuard,
+    _running: Permit,
 }
 
 impl CallHold {
-    pub(super) fn new(
-        thread: Lease<Arc<str>, Thread>,
-        id: Arc<str>,
-        running: RunningGuard,
-    ) -> Self {
+    pub(super) fn new(thread: Lease<Arc<str>, Thread>, id: Arc<str>, running: Permit) -> Self {
         Self {
             thread,
             id,
