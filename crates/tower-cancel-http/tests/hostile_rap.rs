@@ -6,8 +6,18 @@
 //! - a callback URL at an internal address is refused when the server says so (a name is checked at delivery:
 //!   see the unit tests of `rap/server/deliver.rs`, since every name that resolves here is `localhost`, which is
 //!   refused at the invocation);
+//! - the calls in flight are bounded, the server's and each thread's: past either bound an invocation gets 503
+//!   with `Retry-After` at once, never a hang, and the server goes on answering.
 
 mod support;
+
+use std::{
+    sync::{
+        atomic::{AtomicBool, AtomicUsize, Ordering},
+        Arc,
+    },
+    time::{Duration, Instant},
+};
 
 use futures_util::{stream, StreamExt};
 use http::StatusCode;
@@ -176,4 +186,173 @@ async fn callbacks_to_internal_addresses_are_delivered_when_allowed() {
         h.callback.results(delivered).await;
     }
     assert_eq!(delivered, 4);
+}
+
+/// Invoke a 60 s `sleep` as `call` of `thread`: the status, and the `Retry-After` of a refusal.
+async fn invoke_status(h: &Harness, thread: &str, call: &str) -> (StatusCode, Option<String>) {
+    let response = h
+        .http
+        .post(h.url("/invoke"))
+        .bearer_auth(TOKEN)
+        .header("content-type", "application/json")
+        .body(
+            h.invocation(thread, call, "sleep", json!({"ms": 60_000}))
+                .to_string(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let retry_after = response
+        .headers()
+        .get("retry-after")
+        .map(|value| value.to_str().unwrap().to_owned());
+    (response.status(), retry_after)
+}
+
+/// The most `in_flight` seen while `run` runs, sampled every millisecond.
+async fn peak_in_flight<F: std::future::Future>(h: &Harness, run: F) -> (usize, F::Output) {
+    let (peak, done) = (
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let watcher = tokio::spawn({
+        let (server, peak, done) = (h.server.clone(), peak.clone(), done.clone());
+        async move {
+            while !done.load(Ordering::SeqCst) {
+                peak.fetch_max(server.in_flight(), Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
+    });
+    let output = run.await;
+    done.store(true, Ordering::SeqCst);
+    watcher.await.unwrap();
+    (
+        peak.load(Ordering::SeqCst).max(h.server.in_flight()),
+        output,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invocations_past_the_servers_bound_get_503_at_once_and_the_server_still_answers() {
+    const LIMIT: usize = 64;
+    const INVOCATIONS: usize = 500;
+    let h = Harness::with(
+        CancelStack::new(Rap),
+        |server| server.max_in_flight(LIMIT),
+        vec![],
+    )
+    .await;
+    // A thread per 10 calls: the threads' own bound (1000) is not what refuses them.
+    let (peak, answers) = peak_in_flight(&h, async {
+        stream::iter(0..INVOCATIONS)
+            .map(|n| {
+                let h = &h;
+                async move { invoke_status(h, &format!("t{}", n / 10), &format!("c{n}")).await }
+            })
+            .buffer_unordered(100)
+            .collect::<Vec<_>>()
+            .await
+    })
+    .await;
+    assert!(peak <= LIMIT, "at most {LIMIT} in flight, saw {peak}");
+    let accepted = answers
+        .iter()
+        .filter(|(status, _)| *status == StatusCode::OK)
+        .count();
+    let busy: Vec<_> = answers
+        .iter()
+        .filter(|(status, _)| *status != StatusCode::OK)
+        .collect();
+    assert_eq!(accepted, LIMIT);
+    assert_eq!(busy.len(), INVOCATIONS - LIMIT);
+    assert!(busy
+        .iter()
+        .all(|answer| **answer == (StatusCode::SERVICE_UNAVAILABLE, Some("1".to_owned()))));
+    assert_eq!(h.server.in_flight(), LIMIT);
+    assert_eq!(h.stats().refused, (INVOCATIONS - LIMIT) as u64);
+    assert_eq!(h.server.front().stats().busy, (INVOCATIONS - LIMIT) as u64);
+
+    // The server still answers at once: discovery, and a status question.
+    let started = Instant::now();
+    let discovery = h
+        .http
+        .get(h.url("/.well-known/rap-toolset"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(discovery.status(), StatusCode::OK);
+    assert!(!h.alive("t-none", "c-none").await);
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // Closing the threads gives their room back: an invocation is taken again.
+    for thread in 0..INVOCATIONS / 10 {
+        let body = json!({"thread_id": format!("t{thread}")});
+        assert_eq!(h.post("/close_thread", body).await.0, StatusCode::OK);
+    }
+    h.idle().await;
+    assert_eq!(
+        invoke_status(&h, "t-late", "c-late").await.0,
+        StatusCode::OK
+    );
+    h.post("/close_thread", json!({"thread_id": "t-late"}))
+        .await;
+    h.idle().await;
+    assert!(h.callback.received().is_empty());
+}
+
+#[tokio::test]
+async fn invocations_past_a_threads_bound_get_503_and_other_threads_run() {
+    const PER_THREAD: usize = 8;
+    let h = Harness::with(
+        CancelStack::new(Rap),
+        |server| server.max_in_flight_per_thread(PER_THREAD),
+        vec![],
+    )
+    .await;
+    let (peak, answers) = peak_in_flight(&h, async {
+        let mut answers = vec![];
+        for n in 0..3 * PER_THREAD {
+            answers.push(invoke_status(&h, "greedy", &format!("c{n}")).await);
+        }
+        answers
+    })
+    .await;
+    assert!(
+        peak <= PER_THREAD,
+        "at most {PER_THREAD} in flight, saw {peak}"
+    );
+    assert!(answers[..PER_THREAD]
+        .iter()
+        .all(|answer| answer.0 == StatusCode::OK));
+    assert!(answers[PER_THREAD..]
+        .iter()
+        .all(|answer| *answer == (StatusCode::SERVICE_UNAVAILABLE, Some("1".to_owned()))));
+    // A retry of a call that runs is still acknowledged (it has its room), and runs once.
+    assert_eq!(invoke_status(&h, "greedy", "c0").await.0, StatusCode::OK);
+    // Another thread has room of its own.
+    assert_eq!(invoke_status(&h, "other", "c0").await.0, StatusCode::OK);
+    h.probe.started(PER_THREAD + 1).await;
+    assert_eq!(h.server.in_flight(), PER_THREAD + 1);
+    // A call of the thread that ends gives its room back.
+    h.cancel("greedy", "c0").await;
+    h.probe.ended(1).await;
+    eventually_in_flight(&h, PER_THREAD).await;
+    assert_eq!(
+        invoke_status(&h, "greedy", "c-next").await.0,
+        StatusCode::OK
+    );
+    for thread in ["greedy", "other"] {
+        h.post("/close_thread", json!({"thread_id": thread})).await;
+    }
+    h.idle().await;
+    assert_eq!(h.stats().refused, 2 * PER_THREAD as u64);
+}
+
+async fn eventually_in_flight(h: &Harness, n: usize) {
+    support::eventually(&format!("{n} in flight"), || h.server.in_flight() == n).await;
 }

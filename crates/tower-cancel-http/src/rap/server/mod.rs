@@ -78,6 +78,9 @@ pub const DEFAULT_NOTICES_PER_SECOND: u32 = 1000;
 /// [`refuse_private_callbacks`](Self::refuse_private_callbacks)), gets 400
 /// (nowhere to send a result); an unknown operation or arguments that are not an object get 200 and an error
 /// result. A second invocation of a call still in progress (a runtime's retry) is acknowledged and not run again.
+/// Past a bound on calls in flight (the server's, [`max_in_flight`](Self::max_in_flight), or the thread's,
+/// [`max_in_flight_per_thread`](Self::max_in_flight_per_thread)) or on threads kept
+/// ([`thread_limits`](Self::thread_limits)), an invocation gets 503 with `Retry-After` and never runs.
 ///
 /// # Cancellation
 ///
@@ -205,6 +208,22 @@ impl<S> ToolServer<S> {
     /// answer would have to say whether the call is alive, and a question may be asked again).
     pub fn notices_per_second(self, per_second: Option<u32>) -> Self {
         self.configure(|_, config| config.limiter = per_second.map(Limiters::new))
+    }
+
+    /// The most calls in flight at once, over every thread (a call counts from its acceptance to its result's
+    /// delivery); [`DEFAULT_MAX_IN_FLIGHT`](crate::front::DEFAULT_MAX_IN_FLIGHT) by default. An invocation past
+    /// it is refused with 503 and `Retry-After` (the runtime records the refusal as the call's error) and never
+    /// runs; it is counted in [`ToolServerStats::refused`] and [`FrontStats::busy`](crate::front::FrontStats::busy).
+    pub fn max_in_flight(self, calls: usize) -> Self {
+        self.configure(|settings, _| settings.max_in_flight = calls)
+    }
+
+    /// The most calls one thread has in flight at once
+    /// ([`DEFAULT_MAX_IN_FLIGHT_PER_SCOPE`](crate::front::DEFAULT_MAX_IN_FLIGHT_PER_SCOPE) by default), so that
+    /// one runtime's thread cannot take the whole server's room. Past it, 503 as past
+    /// [`max_in_flight`](Self::max_in_flight).
+    pub fn max_in_flight_per_thread(self, calls: usize) -> Self {
+        self.configure(|settings, _| settings.max_in_flight_per_scope = calls)
     }
 
     /// How long a thread with nothing running is kept (so a cancel that comes before its invocation still
