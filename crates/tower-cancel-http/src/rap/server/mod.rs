@@ -102,7 +102,10 @@ pub const DEFAULT_NOTICES_PER_SECOND: u32 = 1000;
 /// ([`notices_per_second`](Self::notices_per_second): past it a cancel or a close is answered 200 and does
 /// nothing, a status question gets 429), bodies are bounded (invocations
 /// [`max_body_bytes`](Self::max_body_bytes), notices [`MAX_NOTICE_BYTES`]), and ids are checked (see
-/// [`ids`](super::ids)): an invalid notice is answered 200 and does nothing.
+/// [`ids`](super::ids)): an invalid notice is answered 200 and does nothing. Calls in flight are bounded, the
+/// server's and each thread's (503 past them), and so are the threads kept. A token holder chooses where results
+/// go: where it is not trusted as much as the server's network, turn on
+/// [`refuse_private_callbacks`](Self::refuse_private_callbacks).
 ///
 /// # Example
 ///
