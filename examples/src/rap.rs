@@ -13,6 +13,13 @@
 //!
 //! An unknown operation, or `sleep` without a whole `ms`, gets an error result (`Error: ...`).
 //!
+//! # Callbacks
+//!
+//! The server refuses callback URLs on loopback, private and link-local addresses (400 at the invocation for an
+//! IP address or `localhost`; a name is delivered to on its public addresses only): see
+//! `ToolServer::refuse_private_callbacks`. A runtime on the same host or network needs
+//! [`Options::allow_private_callbacks`] (`rap_tool_server --allow-private-callbacks`).
+//!
 //! # Example
 //!
 //! ```no_run
@@ -22,7 +29,8 @@
 //!     &format!("http://{}", listener.local_addr()?),
 //!     tower_cancel::TimeoutLayer::none(),
 //! );
-//! axum::serve(listener, server.router("s3cret")).await
+//! let app = server.router("s3cret");
+//! axum::serve(listener, app.into_make_service_with_connect_info::<std::net::SocketAddr>()).await
 //! # }
 //! ```
 
@@ -53,17 +61,40 @@ pub struct Server {
     stats: SleepStats,
 }
 
+/// How the example's tool server is set up, beyond its base URL.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// Stop a call that runs too long (the runtime then gets an error result); none by default.
+    pub timeouts: TimeoutLayer,
+    /// Run as one replica of several sharing this bus: a cancel POSTed to another replica reaches the calls
+    /// running on this one (see `ToolServer::replica`).
+    pub replica: Option<Replica>,
+    /// Deliver results to callback URLs on loopback, private and link-local addresses too (a runtime on the
+    /// same host or network); refused by default.
+    pub allow_private_callbacks: bool,
+}
+
 impl Server {
     /// The tool server reached at `base` (`http://ADDR`, without a trailing slash): discovery names
     /// `{base}/invoke` as its endpoint. `timeouts` stop a call that runs too long (the runtime then gets an
-    /// error result).
+    /// error result). Private callbacks are refused.
     pub fn new(base: &str, timeouts: TimeoutLayer) -> Self {
-        Self::replica_of(base, timeouts, None)
+        Self::with_options(
+            base,
+            Options {
+                timeouts,
+                ..Options::default()
+            },
+        )
     }
 
-    /// The same server as one replica of several sharing `replica`'s bus: a cancel POSTed to another replica
-    /// reaches the calls running on this one (see `ToolServer::replica`).
-    pub fn replica_of(base: &str, timeouts: TimeoutLayer, replica: Option<Replica>) -> Self {
+    /// The tool server reached at `base`, set up as `options` say.
+    pub fn with_options(base: &str, options: Options) -> Self {
+        let Options {
+            timeouts,
+            replica,
+            allow_private_callbacks,
+        } = options;
         let stats = SleepStats::default();
         // The tools are built before the server whose `in_flight` their `stats` reads; it is given to them
         // once it exists.
@@ -77,7 +108,8 @@ impl Server {
         let stack = ServiceBuilder::new()
             .layer(CancelStack::new(Rap).timeouts(timeouts))
             .service(tools);
-        let tool_server = ToolServer::new(toolset, stack);
+        let tool_server =
+            ToolServer::new(toolset, stack).refuse_private_callbacks(!allow_private_callbacks);
         let tool_server = match replica {
             Some(replica) => tool_server.replica(replica),
             None => tool_server,
@@ -89,7 +121,9 @@ impl Server {
         Self { tool_server, stats }
     }
 
-    /// The endpoints, every one but discovery behind `Authorization: Bearer {token}` (401 without it).
+    /// The endpoints, every one but discovery behind `Authorization: Bearer {token}` (401 without it). Serve it
+    /// with `into_make_service_with_connect_info::<SocketAddr>()`, so that the rate limit of cancels is each
+    /// client's (its token and its address), not each token's.
     pub fn router(&self, token: &str) -> Router {
         self.tool_server.clone().router_with(require_bearer(token))
     }

@@ -106,7 +106,8 @@ describe("rap_tool_server, invoked over HTTP and cancelled by rap_cancel", () =>
   }
 
   before(async () => {
-    server = await spawnHttpServer("rap_tool_server", ["--token", TOKEN]);
+    // The callback server below is on 127.0.0.1, which the example refuses unless told.
+    server = await spawnHttpServer("rap_tool_server", ["--token", TOKEN, "--allow-private-callbacks"]);
     callbacks = await startCallbacks();
   });
 

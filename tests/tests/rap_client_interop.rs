@@ -23,7 +23,10 @@ use std::{
 };
 
 use async_trait::async_trait;
-use examples::{rap::Server, Snapshot};
+use examples::{
+    rap::{Options, Server},
+    Snapshot,
+};
 use rap_client::{
     callback_server::start_callback_channel,
     http::{HttpClient, InMemoryToolsetCache, SimpleHttpClient},
@@ -35,7 +38,6 @@ use rap_protocol::{
 };
 use serde_json::{json, Value};
 use tokio::{net::TcpListener, sync::mpsc::UnboundedReceiver};
-use tower_cancel::TimeoutLayer;
 
 /// The tool server's shared secret.
 const TOKEN: &str = "s3cret-token";
@@ -60,8 +62,17 @@ impl ToolServer {
     async fn start() -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
-        let server = Server::new(&base, TimeoutLayer::none());
-        let app = server.router(TOKEN);
+        // rap-client's callback server is on this host too: private callbacks are allowed.
+        let server = Server::with_options(
+            &base,
+            Options {
+                allow_private_callbacks: true,
+                ..Options::default()
+            },
+        );
+        let app = server
+            .router(TOKEN)
+            .into_make_service_with_connect_info::<std::net::SocketAddr>();
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
         Self { base, server }
     }

@@ -6,6 +6,7 @@
 //! ```text
 //! cargo run -p examples --bin rap_tool_server -- --addr 127.0.0.1:8080 --token s3cret
 //! cargo run -p examples --bin rap_tool_server -- --addr 127.0.0.1:0 --token s3cret --timeout-ms 5000
+//! cargo run -p examples --bin rap_tool_server -- --addr 127.0.0.1:8080 --token s3cret --allow-private-callbacks
 //! ```
 //!
 //! Once bound it prints one line, `listening on http://ADDR` (with the real port when asked for port 0): the base
@@ -14,6 +15,11 @@
 //! the JSON text `{"started","completed","cancelled","inFlight"}` (the sleep handlers' counters, and the calls
 //! running besides the `stats` call itself). With `--timeout-ms T` a call that runs too long is stopped and its
 //! result is `Error: the tool call timed out`.
+//!
+//! Callback URLs on loopback, private and link-local addresses (`127.0.0.1`, `[::1]`, `10.x`, `169.254.169.254`,
+//! `localhost`...) are refused: the invocation gets 400 `callback_url: an internal address ...`, and a host name
+//! is delivered to on its public addresses only. `--allow-private-callbacks` delivers to them too, for a runtime
+//! on the same host or network (and for tests on loopback).
 
 use std::process::ExitCode;
 
@@ -28,9 +34,18 @@ async fn main() -> std::io::Result<ExitCode> {
     };
     let listener = tokio::net::TcpListener::bind(&addr).await?;
     let base = format!("http://{}", listener.local_addr()?);
-    let server = examples::rap::Server::new(&base, examples::timeouts_from_args());
+    let server = examples::rap::Server::with_options(
+        &base,
+        examples::rap::Options {
+            timeouts: examples::timeouts_from_args(),
+            allow_private_callbacks: examples::flag("--allow-private-callbacks"),
+            ..Default::default()
+        },
+    );
     let app = server.router(&token);
     println!("listening on {base}");
+    // With the peers' addresses: the rate limit of cancels is each client's (its token and its address).
+    let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
     axum::serve(listener, app).await?;
     Ok(ExitCode::SUCCESS)
 }

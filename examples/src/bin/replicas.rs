@@ -20,7 +20,6 @@ use std::{
 
 use axum::{routing::post, Router};
 use serde_json::json;
-use tower_cancel::TimeoutLayer;
 use tower_cancel_redis::{testing::RedisServer, Config, RedisBus};
 
 const TOKEN: &str = "replicas-example";
@@ -101,13 +100,19 @@ impl Replica {
             "http://{}",
             listener.local_addr().map_err(|e| e.to_string())?
         );
-        let server = examples::rap::Server::replica_of(
+        // Both replicas and the callback are on this host: private callbacks are allowed.
+        let server = examples::rap::Server::with_options(
             &base,
-            TimeoutLayer::none(),
-            Some(bus.replica().clone()),
+            examples::rap::Options {
+                replica: Some(bus.replica().clone()),
+                allow_private_callbacks: true,
+                ..Default::default()
+            },
         );
-        let router = server.router(TOKEN);
-        tokio::spawn(async move { axum::serve(listener, router).await });
+        let app = server
+            .router(TOKEN)
+            .into_make_service_with_connect_info::<std::net::SocketAddr>();
+        tokio::spawn(async move { axum::serve(listener, app).await });
         Ok(Self { base, server })
     }
 

@@ -25,7 +25,7 @@ pub use notifier::{
 pub use output::ToolOutput;
 pub use runtime::{CallError, OutgoingCall, Runtime, ACKNOWLEDGE_TIMEOUT};
 pub use server::{
-    ToolServer, ToolServerStats, DEFAULT_MAX_THREADS, DEFAULT_NOTICES_PER_SECOND,
+    PublicResolver, ToolServer, ToolServerStats, DEFAULT_MAX_THREADS, DEFAULT_NOTICES_PER_SECOND,
     DEFAULT_THREAD_LINGER, MAX_NOTICE_BYTES,
 };
 pub use tools::Tools;

@@ -125,7 +125,9 @@ impl Harness {
         let service = ServiceBuilder::new().layer(stack).service(tools);
         let server = configure(ToolServer::new(toolset, service));
         let router = server.clone().router_with(require_bearer(TOKEN));
-        tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+        // With the peers' addresses, as a real deployment is served: the rate limits key on them.
+        let app = router.into_make_service_with_connect_info::<SocketAddr>();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
         let (callback, callback_url) = Callback::start(callback_statuses).await;
         Self {
             addr,
@@ -153,8 +155,20 @@ impl Harness {
         content_type: &str,
         body: String,
     ) -> (StatusCode, String) {
-        let mut request = self
-            .http
+        self.post_with(&self.http, path, token, content_type, body)
+            .await
+    }
+
+    /// [`post_raw`](Self::post_raw) with another client (one bound to another address, say).
+    pub async fn post_with(
+        &self,
+        http: &reqwest::Client,
+        path: &str,
+        token: Option<&str>,
+        content_type: &str,
+        body: String,
+    ) -> (StatusCode, String) {
+        let mut request = http
             .post(self.url(path))
             .header("content-type", content_type)
             .body(body);
@@ -207,6 +221,15 @@ impl Harness {
     pub fn stats(&self) -> ToolServerStats {
         self.server.stats()
     }
+}
+
+/// A client whose connections come from `ip` (any of 127.0.0.0/8 on Linux's loopback): another host, as the
+/// server sees it.
+pub fn client_from(ip: [u8; 4]) -> reqwest::Client {
+    reqwest::Client::builder()
+        .local_address(std::net::IpAddr::from(ip))
+        .build()
+        .unwrap()
 }
 
 pub fn result(thread: &str, call: &str, text: &str) -> Value {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use http::StatusCode;
 use tokio_util::sync::CancellationToken;
 
-use super::super::wire::ToolResult;
+use super::{super::wire::ToolResult, public_resolver};
 
 /// The client that POSTs results to the runtime's `callback_url`, and how hard it tries.
 #[derive(Clone, Debug)]
@@ -78,6 +78,11 @@ impl CallbackClient {
                     tracing::warn!(thread = %result.group_id, call = %result.id, attempt, %status, "the runtime did not take the tool result");
                     status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS
                 }
+                Ok(Err(error)) if public_resolver::is_internal_only(&error) => {
+                    // A name of internal addresses only, and private callbacks are refused: no attempt would do.
+                    tracing::warn!(thread = %result.group_id, call = %result.id, url, "the callback's host has internal addresses only: the tool result is not sent");
+                    false
+                }
                 Ok(Err(error)) => {
                     tracing::warn!(thread = %result.group_id, call = %result.id, attempt, %error, "the tool result could not be posted");
                     // A URL reqwest cannot use will not get better.
@@ -99,5 +104,69 @@ impl CallbackClient {
         }
         tracing::error!(thread = %result.group_id, call = %result.id, url, "the tool result was not delivered");
         Delivered::Failed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{
+        sync::{
+            atomic::{AtomicUsize, Ordering},
+            Arc,
+        },
+        time::{Duration, Instant},
+    };
+
+    use tokio_util::sync::CancellationToken;
+
+    use super::{CallbackClient, Delivered};
+    use crate::rap::{wire::ToolResult, PublicResolver};
+
+    #[tokio::test]
+    async fn a_name_of_internal_addresses_only_is_never_connected_to_nor_tried_again() {
+        // A runtime's callback on this host, counting the connections that reach it.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let reached = Arc::new(AtomicUsize::new(0));
+        tokio::spawn({
+            let reached = reached.clone();
+            async move {
+                while listener.accept().await.is_ok() {
+                    reached.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        });
+        let callback = CallbackClient {
+            client: reqwest::Client::builder()
+                .dns_resolver(PublicResolver)
+                .build()
+                .unwrap(),
+            attempts: 3,
+            backoff: Duration::from_secs(5),
+            attempt_timeout: Duration::from_secs(5),
+        };
+        let result = ToolResult {
+            group_id: "t1".into(),
+            id: "c1".into(),
+            call_id: None,
+            text: Some("secret".into()),
+            content: None,
+            display_as: None,
+        };
+        let started = Instant::now();
+        let delivered = callback
+            .send(
+                &format!("http://localhost:{port}/callback"),
+                &result,
+                &CancellationToken::new(),
+            )
+            .await;
+        assert_eq!(delivered, Delivered::Failed);
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "not tried again after a backoff"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(reached.load(Ordering::SeqCst), 0, "never connected to");
     }
 }

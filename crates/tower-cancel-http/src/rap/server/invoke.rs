@@ -8,13 +8,14 @@ use axum::{
     extract::State,
     response::{IntoResponse, Response as HttpResponse},
 };
-use http::StatusCode;
+use http::{header, HeaderValue, StatusCode};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tower::{service_fn, ServiceBuilder};
 use tower_cancel::{CancelStack, ErrorObject, Id, Outbox, Request};
 
 use super::{
+    callback_url,
     deliver::Delivered,
     threads::{CallHold, Thread},
     ToolServer,
@@ -22,7 +23,7 @@ use super::{
 use crate::{
     body,
     call::{self, RpcService},
-    front::OnHangUp,
+    front::{OnHangUp, BUSY_RETRY_AFTER_SECS},
     rap::{ids, output, wire::Invocation, Rap, ToolCall},
     scopes::Scoped,
 };
@@ -90,6 +91,11 @@ pub(super) async fn invoke<S: RpcService>(
     if let Err(invalid) = check_callback_url(&invocation.callback_url) {
         return refuse(StatusCode::BAD_REQUEST, format!("callback_url: {invalid}"));
     }
+    if config.refuse_private_callbacks {
+        if let Err(internal) = callback_url::check_public(&invocation.callback_url) {
+            return refuse(StatusCode::BAD_REQUEST, format!("callback_url: {internal}"));
+        }
+    }
 
     if server.endpoint.state().is_shutting_down() {
         return refuse(
@@ -97,31 +103,65 @@ pub(super) async fn invoke<S: RpcService>(
             "the tool server is shutting down".into(),
         );
     }
+    // Past a bound, 503 with `Retry-After`: the runtime records the refusal as the call's error result, at once.
+    let busy = |detail: String| {
+        config.counters.refused.increment();
+        tracing::warn!(thread = %invocation.group_id, call = %invocation.id, %detail, "an invocation was refused: busy");
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(
+                header::RETRY_AFTER,
+                HeaderValue::from(BUSY_RETRY_AFTER_SECS),
+            )],
+            detail,
+        )
+            .into_response()
+    };
     let thread = match config
         .threads
         .lease_or_insert(invocation.group_id.as_str().into(), || {
             Thread::new(&invocation.group_id, server.endpoint.settings())
         }) {
         Ok(thread) => thread,
-        Err(_full) => {
-            return refuse(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "too many threads in progress".into(),
-            )
-        }
+        Err(_full) => return busy("too many threads in progress".into()),
     };
     let id: Arc<str> = invocation.id.as_str().into();
-    let Some(stop) = thread.accept(&id) else {
+    if thread.is_alive(&id) {
         // A second invocation of a call still in progress (the runtime retried one it thought lost): the first
-        // one's result answers both.
+        // one's result answers both. Checked before the bounds: the call has its room already.
+        tracing::debug!(thread = %invocation.group_id, call = %invocation.id, "a call already in progress: not run again");
+        return StatusCode::OK.into_response();
+    }
+    // Room in the server's bound and in the thread's, taken before the call is: a refused call leaves nothing.
+    // Counted from here (not from the task's start), so that `in_flight` is never 0 while an accepted call waits
+    // for its task.
+    let admitted = match server
+        .endpoint
+        .front()
+        .admit_one(false, Some(thread.in_flight()))
+    {
+        Ok(admitted) => admitted,
+        Err(full) => {
+            let whose = if thread.in_flight().in_use() >= thread.in_flight().max() {
+                "this thread's"
+            } else {
+                "the tool server's"
+            };
+            return busy(format!(
+                "too many calls in flight (at most {} in {whose}): try again later",
+                full.max
+            ));
+        }
+    };
+    let Some(stop) = thread.accept(&id) else {
+        // The same retry, come in between the check and here: its room is given back.
         tracing::debug!(thread = %invocation.group_id, call = %invocation.id, "a call already in progress: not run again");
         return StatusCode::OK.into_response();
     };
     config.counters.accepted.increment();
-    // Counted from here (not from the task's start), so that `in_flight` is never 0 while an accepted call waits
-    // for its task. A shutdown that comes before the task opens its link finds the link refusing: the call starts
-    // out cancelled and its runtime gets the shutdown's error result.
-    let hold = CallHold::new(thread, id, server.endpoint.state().running.enter());
+    // A shutdown that comes before the task opens its link finds the link refusing: the call starts out cancelled
+    // and its runtime gets the shutdown's error result.
+    let hold = CallHold::new(thread, id, admitted);
     tokio::spawn(run(server.clone(), invocation, parts, hold, stop));
     StatusCode::OK.into_response()
 }

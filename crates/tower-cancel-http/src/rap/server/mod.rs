@@ -1,9 +1,14 @@
 //! The tool-server side of RAP: discovery, invocations, and the runtime's cancel, close and status endpoints, as
 //! one axum `Router`. See [`ToolServer`].
 
+mod callback_url;
+mod client_key;
+mod client_limits;
 mod deliver;
+mod internal_addresses;
 mod invoke;
 mod notices;
+mod public_resolver;
 mod threads;
 
 use std::{
@@ -11,12 +16,11 @@ use std::{
     convert::Infallible,
     fmt,
     future::Future,
-    num::NonZeroU32,
     sync::{
         atomic::{AtomicU64, Ordering},
-        Arc,
+        Arc, Mutex,
     },
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use axum::{
@@ -25,13 +29,14 @@ use axum::{
     routing::{get, post, Route},
     Router,
 };
-use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use http::StatusCode;
 use tower::Layer;
 use tower_cancel::bus::Replica;
 use tower_service::Service;
 
-use self::{deliver::CallbackClient, threads::Thread};
+use self::{
+    client_key::ClientKeys, client_limits::ClientLimits, deliver::CallbackClient, threads::Thread,
+};
 use super::wire::Toolset;
 use crate::{
     body,
@@ -40,14 +45,16 @@ use crate::{
     scopes::Scopes,
 };
 
-pub use self::notices::MAX_NOTICE_BYTES;
+pub use self::{notices::MAX_NOTICE_BYTES, public_resolver::PublicResolver};
 
 /// How long a thread with nothing running is kept (with the cancels remembered for calls not yet arrived).
 pub const DEFAULT_THREAD_LINGER: Duration = Duration::from_secs(10 * 60);
 /// How many threads are kept at most; an invocation of a new thread past it gets 503.
 pub const DEFAULT_MAX_THREADS: usize = 100_000;
-/// The default rate limit of the cancel, close and status endpoints together, per second (bursts of twice it).
-pub const DEFAULT_NOTICES_PER_SECOND: u32 = 200;
+/// The default rate limit of each client's cancels and closes together, per second, with bursts of twice it (its
+/// status questions have a quota of the same size of their own): a runtime that cancels 1000 calls at once (a
+/// thread of a big fan-out interrupted) is served in full.
+pub const DEFAULT_NOTICES_PER_SECOND: u32 = 1000;
 
 /// A RAP tool server: serves a stack (a [`CancelStack`](tower_cancel::CancelStack) of the [`Rap`](super::Rap)
 /// dialect over your tools) behind RAP's endpoints.
@@ -67,9 +74,13 @@ pub const DEFAULT_NOTICES_PER_SECOND: u32 = 200;
 /// whose method is the operation, whose params are the arguments and whose id is the tool call id, with a
 /// [`ToolCall`](super::ToolCall), the HTTP request's headers and extensions in its extensions; the handler has
 /// its [`RequestContext`](tower_cancel::RequestContext) as over any transport, and the stack's timeout and
-/// cascade apply. An invocation that cannot be read, or whose ids or `callback_url` are invalid, gets 400
+/// cascade apply. An invocation that cannot be read, or whose ids or `callback_url` are invalid (or internal, see
+/// [`refuse_private_callbacks`](Self::refuse_private_callbacks)), gets 400
 /// (nowhere to send a result); an unknown operation or arguments that are not an object get 200 and an error
 /// result. A second invocation of a call still in progress (a runtime's retry) is acknowledged and not run again.
+/// Past a bound on calls in flight (the server's, [`max_in_flight`](Self::max_in_flight), or the thread's,
+/// [`max_in_flight_per_thread`](Self::max_in_flight_per_thread)) or on threads kept
+/// ([`thread_limits`](Self::thread_limits)), an invocation gets 503 with `Retry-After` and never runs.
 ///
 /// # Cancellation
 ///
@@ -87,10 +98,14 @@ pub const DEFAULT_NOTICES_PER_SECOND: u32 = 200;
 ///
 /// Give [`router_with`](Self::router_with) your authentication layer (for a shared secret,
 /// [`require_bearer`](crate::auth::require_bearer)): it guards the invocation, cancel, close and status endpoints
-/// alike, so a stranger's cancel gets 401 and cancels nothing. The notices are rate-limited
-/// ([`notices_per_second`](Self::notices_per_second), 429 past it), bodies are bounded (invocations
+/// alike, so a stranger's cancel gets 401 and cancels nothing. The notices are rate-limited per client
+/// ([`notices_per_second`](Self::notices_per_second): past it a cancel or a close is answered 200 and does
+/// nothing, a status question gets 429), bodies are bounded (invocations
 /// [`max_body_bytes`](Self::max_body_bytes), notices [`MAX_NOTICE_BYTES`]), and ids are checked (see
-/// [`ids`](super::ids)): an invalid notice is answered 200 and does nothing.
+/// [`ids`](super::ids)): an invalid notice is answered 200 and does nothing. Calls in flight are bounded, the
+/// server's and each thread's (503 past them), and so are the threads kept. A token holder chooses where results
+/// go: where it is not trusted as much as the server's network, turn on
+/// [`refuse_private_callbacks`](Self::refuse_private_callbacks).
 ///
 /// # Example
 ///
@@ -115,7 +130,8 @@ pub const DEFAULT_NOTICES_PER_SECOND: u32 = 200;
 /// let toolset = tools.toolset("sleepy", "http://127.0.0.1:8080/invoke");
 /// let stack = ServiceBuilder::new().layer(CancelStack::new(Rap)).service(tools);
 /// let app = ToolServer::new(toolset, stack).router_with(require_bearer("s3cret"));
-/// axum::serve(listener, app).await
+/// // With the peers' addresses, so that the rate limits tell apart two hosts using the same token.
+/// axum::serve(listener, app.into_make_service_with_connect_info::<std::net::SocketAddr>()).await
 /// # }
 /// ```
 pub struct ToolServer<S> {
@@ -129,6 +145,10 @@ struct Config {
     invoke_path: String,
     threads: Scopes<Arc<str>, Thread>,
     callback: CallbackClient,
+    // Whether `callback` is the server's own client (made again when the refusal of private callbacks changes),
+    // not one the user gave.
+    own_callback_client: bool,
+    refuse_private_callbacks: bool,
     limiter: Option<Limiters>,
     counters: Counters,
 }
@@ -155,11 +175,13 @@ impl<S> ToolServer<S> {
             invoke_path,
             threads: Scopes::new(DEFAULT_THREAD_LINGER, DEFAULT_MAX_THREADS).evict_idle_when_full(),
             callback: CallbackClient {
-                client: callback_client(),
+                client: callback_client(false),
                 attempts: 3,
                 backoff: Duration::from_millis(250),
                 attempt_timeout: Duration::from_secs(10),
             },
+            own_callback_client: true,
+            refuse_private_callbacks: false,
             limiter: Some(Limiters::new(DEFAULT_NOTICES_PER_SECOND)),
             counters: Counters::default(),
         };
@@ -174,12 +196,37 @@ impl<S> ToolServer<S> {
         self.configure(|settings, _| settings.max_body_bytes = bytes)
     }
 
-    /// Rate-limit the notices to `per_second` (bursts of twice it), 429 past it; `None` for no limit.
-    /// [`DEFAULT_NOTICES_PER_SECOND`] by default. Cancels and closes share one quota; status questions have one of
-    /// their own, so that polling the status never uses up the quota of cancels. The quotas are the server's,
-    /// shared by every runtime that passes authentication.
+    /// Rate-limit each client's notices to `per_second` (bursts of twice it); `None` for no limit.
+    /// [`DEFAULT_NOTICES_PER_SECOND`] by default.
+    ///
+    /// A client is its credential (the `Authorization` header, kept hashed) and its address (axum's
+    /// `ConnectInfo<SocketAddr>`: serve the router with `into_make_service_with_connect_info::<SocketAddr>()`,
+    /// else clients are told apart by credential only), so one runtime flooding cannot starve another, even one
+    /// using the same token from another host. Cancels and closes share one quota; status questions have one of
+    /// their own, so that polling the status never uses up the quota of cancels.
+    ///
+    /// Past its quota, a cancel or a close is still answered 200 (the spec says they MUST be, whatever happened,
+    /// and a runtime never retries them) but does nothing: it is logged and counted in
+    /// [`ToolServerStats::rate_limited`]. A status question past its quota gets 429 with `Retry-After` (an
+    /// answer would have to say whether the call is alive, and a question may be asked again).
     pub fn notices_per_second(self, per_second: Option<u32>) -> Self {
         self.configure(|_, config| config.limiter = per_second.map(Limiters::new))
+    }
+
+    /// The most calls in flight at once, over every thread (a call counts from its acceptance to its result's
+    /// delivery); [`DEFAULT_MAX_IN_FLIGHT`](crate::front::DEFAULT_MAX_IN_FLIGHT) by default. An invocation past
+    /// it is refused with 503 and `Retry-After` (the runtime records the refusal as the call's error) and never
+    /// runs; it is counted in [`ToolServerStats::refused`] and [`FrontStats::busy`](crate::front::FrontStats::busy).
+    pub fn max_in_flight(self, calls: usize) -> Self {
+        self.configure(|settings, _| settings.max_in_flight = calls)
+    }
+
+    /// The most calls one thread has in flight at once
+    /// ([`DEFAULT_MAX_IN_FLIGHT_PER_SCOPE`](crate::front::DEFAULT_MAX_IN_FLIGHT_PER_SCOPE) by default), so that
+    /// one runtime's thread cannot take the whole server's room. Past it, 503 as past
+    /// [`max_in_flight`](Self::max_in_flight).
+    pub fn max_in_flight_per_thread(self, calls: usize) -> Self {
+        self.configure(|settings, _| settings.max_in_flight_per_scope = calls)
     }
 
     /// How long a thread with nothing running is kept (so a cancel that comes before its invocation still
@@ -201,9 +248,40 @@ impl<S> ToolServer<S> {
     }
 
     /// The HTTP client results are POSTed with (bring one with TLS, proxies or default headers for the
-    /// callback's authentication); a plain `reqwest::Client` by default.
+    /// callback's authentication); a plain `reqwest::Client` that follows no redirect by default. With
+    /// [`refuse_private_callbacks`](Self::refuse_private_callbacks), build yours with
+    /// `.dns_resolver(PublicResolver)` ([`PublicResolver`]), or the host names of callbacks are not checked (their
+    /// IP addresses still are), and with no redirect policy, or a redirect could lead anywhere.
     pub fn callback_client(self, client: reqwest::Client) -> Self {
-        self.configure(|_, config| config.callback.client = client)
+        self.configure(|_, config| {
+            config.callback.client = client;
+            config.own_callback_client = false;
+        })
+    }
+
+    /// Refuse callback URLs that lead to the server's own host or its private network: loopback, private,
+    /// link-local (cloud metadata services at `169.254.169.254`), shared (CGNAT), unique-local, multicast and
+    /// unspecified addresses, IPv4 and IPv6 (an IPv4 address inside an IPv6 one is judged as itself). Off by
+    /// default (a runtime on the same host or network is common); turn it on wherever the runtimes holding a
+    /// token are not trusted as much as the server's network: a `callback_url` is the runtime's choice, and
+    /// without this a token holder can aim results, and their retries, at internal services.
+    ///
+    /// - A URL whose host is an IP address (`http://127.0.0.1/`, `http://[::1]/`, `http://2130706433/`), or
+    ///   `localhost` or a name under `.localhost` (always loopback), is refused at the invocation: 400,
+    ///   `callback_url: an internal address ...`, and the call never runs.
+    /// - Any other host name is resolved at each delivery and only its public addresses are connected to (so a
+    ///   name that changes its answer between the invocation and the delivery gains nothing): a name with no
+    ///   public address is not delivered to (counted in [`ToolServerStats::undelivered`], not retried).
+    ///
+    /// With a client of your own ([`callback_client`](Self::callback_client)), host names are checked only if
+    /// it uses [`PublicResolver`].
+    pub fn refuse_private_callbacks(self, refuse: bool) -> Self {
+        self.configure(|_, config| {
+            config.refuse_private_callbacks = refuse;
+            if config.own_callback_client {
+                config.callback.client = callback_client(refuse);
+            }
+        })
     }
 
     /// How a result that could not be delivered is tried again: `attempts` in all (at least 1), waiting
@@ -297,29 +375,52 @@ async fn discovery<S>(State(server): State<ToolServer<S>>) -> HttpResponse {
     body::json_response(StatusCode::OK, &server.config().toolset)
 }
 
-/// A client that follows no redirect: a result goes to the URL the runtime gave, once per attempt.
-fn callback_client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap_or_default()
+/// A client that follows no redirect: a result goes to the URL the runtime gave, once per attempt. When private
+/// callbacks are refused, it connects to a host name's public addresses only.
+fn callback_client(refuse_private: bool) -> reqwest::Client {
+    let builder = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none());
+    let builder = if refuse_private {
+        builder.dns_resolver(PublicResolver)
+    } else {
+        builder
+    };
+    builder.build().unwrap_or_else(|error| {
+        // Only a TLS backend or a system configuration that cannot be loaded fails here.
+        panic!("the callback client could not be built: {error}")
+    })
 }
 
-/// The notices' quotas: cancels and closes together, status questions apart.
+/// The notices' quotas, each client's own: cancels and closes together, status questions apart.
 struct Limiters {
-    notices: DefaultDirectRateLimiter,
-    status: DefaultDirectRateLimiter,
+    clients: ClientKeys,
+    notices: ClientLimits,
+    status: ClientLimits,
+    // When a notice past its limit was last logged as a warning.
+    last_warning: Mutex<Option<Instant>>,
 }
 
 impl Limiters {
     fn new(per_second: u32) -> Self {
-        let rate = NonZeroU32::new(per_second).unwrap_or(NonZeroU32::MIN);
-        let burst = rate.saturating_mul(NonZeroU32::new(2).expect("2 is not 0"));
-        let quota = Quota::per_second(rate).allow_burst(burst);
         Self {
-            notices: RateLimiter::direct(quota),
-            status: RateLimiter::direct(quota),
+            clients: ClientKeys::default(),
+            notices: ClientLimits::new(per_second, client_limits::MAX_CLIENTS),
+            status: ClientLimits::new(per_second, client_limits::MAX_CLIENTS),
+            last_warning: Mutex::default(),
         }
+    }
+
+    /// Whether a notice past its limit is to be logged as a warning: one a second at most.
+    fn warn_now(&self) -> bool {
+        // Nothing panics while the lock is held.
+        let mut last = self
+            .last_warning
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let due = last.map_or(true, |at| at.elapsed() >= Duration::from_secs(1));
+        if due {
+            *last = Some(Instant::now());
+        }
+        due
     }
 }
 
@@ -359,7 +460,8 @@ pub struct ToolServerStats {
     pub cancels: u64,
     /// `close_thread` notices received (valid or not).
     pub closes: u64,
-    /// Notices answered 429.
+    /// Notices past their client's rate limit: cancels and closes answered 200 that did nothing, status questions
+    /// answered 429.
     pub rate_limited: u64,
 }
 

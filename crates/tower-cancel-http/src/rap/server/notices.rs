@@ -2,23 +2,20 @@
 //!
 //! The spec's rules for the two notices: 200 with an empty body whatever happened (found or not, cancelled or
 //! not, a body that makes no sense), so the answer tells nothing about the server's calls; ids are untrusted
-//! input. Before any of it, the authentication layer has turned away a stranger (401), and the rate limit
-//! answers 429 past its quota.
+//! input. Before any of it, the authentication layer has turned away a stranger (401). A notice past its
+//! client's rate limit is answered 200 too, and does nothing (a runtime never retries a notice, and the spec
+//! allows no other status); a status question past it gets 429.
 
 use axum::{
     body::Body,
     extract::State,
     response::{IntoResponse, Response as HttpResponse},
 };
-use governor::{
-    clock::{Clock, DefaultClock},
-    DefaultDirectRateLimiter,
-};
 use http::{header, HeaderValue, StatusCode};
 use serde::de::DeserializeOwned;
 use tower_cancel::{CancelReason, Id};
 
-use super::{threads::Thread, Limiters, ToolServer};
+use super::{client_limits::ClientLimits, threads::Thread, Limiters, ToolServer};
 use crate::scopes::Scoped;
 use crate::{
     body,
@@ -38,11 +35,15 @@ pub(super) async fn cancel_tool_call<S>(
     State(server): State<ToolServer<S>>,
     request: http::Request<Body>,
 ) -> HttpResponse {
-    if let Some(limited) = rate_limited(&server, |limiters| &limiters.notices) {
-        return limited;
-    }
     let config = server.config();
     config.counters.cancels.increment();
+    if over_quota(&server, &request, "cancel_tool_call", |limiters| {
+        &limiters.notices
+    })
+    .is_some()
+    {
+        return StatusCode::OK.into_response();
+    }
     let Some(notice) = read::<CancelToolCall>(request, "cancel_tool_call").await else {
         return StatusCode::OK.into_response();
     };
@@ -73,11 +74,15 @@ pub(super) async fn close_thread<S>(
     State(server): State<ToolServer<S>>,
     request: http::Request<Body>,
 ) -> HttpResponse {
-    if let Some(limited) = rate_limited(&server, |limiters| &limiters.notices) {
-        return limited;
-    }
     let config = server.config();
     config.counters.closes.increment();
+    if over_quota(&server, &request, "close_thread", |limiters| {
+        &limiters.notices
+    })
+    .is_some()
+    {
+        return StatusCode::OK.into_response();
+    }
     let Some(notice) = read::<CloseThread>(request, "close_thread").await else {
         return StatusCode::OK.into_response();
     };
@@ -93,8 +98,15 @@ pub(super) async fn tool_call_status<S>(
     State(server): State<ToolServer<S>>,
     request: http::Request<Body>,
 ) -> HttpResponse {
-    if let Some(limited) = rate_limited(&server, |limiters| &limiters.status) {
-        return limited;
+    if let Some(wait) = over_quota(&server, &request, "tool_call_status", |limiters| {
+        &limiters.status
+    }) {
+        let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+        return (
+            StatusCode::TOO_MANY_REQUESTS,
+            [(header::RETRY_AFTER, HeaderValue::from(seconds.max(1)))],
+        )
+            .into_response();
     }
     let alive = read::<CancelToolCall>(request, "tool_call_status")
         .await
@@ -108,27 +120,32 @@ pub(super) async fn tool_call_status<S>(
     body::json_response(StatusCode::OK, &CallStatus { alive })
 }
 
-/// 429 past the quota (with `Retry-After`), before the body is read.
-fn rate_limited<S>(
+/// Take one from the quota of the client that sent `request` (before its body is read); past it, how long until
+/// it has one again (counted and logged).
+fn over_quota<S>(
     server: &ToolServer<S>,
-    quota: impl FnOnce(&Limiters) -> &DefaultDirectRateLimiter,
-) -> Option<HttpResponse> {
-    let limiter = quota(server.config().limiter.as_ref()?);
-    let not_until = limiter.check().err()?;
+    request: &http::Request<Body>,
+    endpoint: &'static str,
+    quota: impl FnOnce(&Limiters) -> &ClientLimits,
+) -> Option<std::time::Duration> {
+    let limiters = server.config().limiter.as_ref()?;
+    let client = limiters.clients.of(request.headers(), request.extensions());
+    let wait = quota(limiters).check(client).err()?;
     server.config().counters.rate_limited.increment();
-    let wait = not_until.wait_time_from(DefaultClock::default().now());
-    let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
-    tracing::debug!(
-        wait_ms = wait.as_millis() as u64,
-        "a notice over the rate limit: 429"
-    );
-    Some(
-        (
-            StatusCode::TOO_MANY_REQUESTS,
-            [(header::RETRY_AFTER, HeaderValue::from(seconds.max(1)))],
-        )
-            .into_response(),
-    )
+    let wait_ms = wait.as_millis() as u64;
+    // A flood past the limit would be a flood of log lines too: one warning a second, the rest at debug level
+    // (the stats count them all).
+    if limiters.warn_now() {
+        tracing::warn!(endpoint, ?client, wait_ms, "a notice past its client's rate limit: not acted on (further ones this second at debug level)");
+    } else {
+        tracing::debug!(
+            endpoint,
+            ?client,
+            wait_ms,
+            "a notice past its client's rate limit: not acted on"
+        );
+    }
+    Some(wait)
 }
 
 /// A notice's body: the ids it carries are checked before anything is looked up with them.

@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use tower_cancel::{Registry, Scope};
 
 use crate::{
-    front::{Permit, Settings},
+    front::{Admitted, Quota, Settings},
     scopes::{Lease, Scoped},
 };
 
@@ -26,6 +26,8 @@ const EARLY_CANCEL_BYTES_PER_THREAD: usize = 16 * 1024;
 pub(super) struct Thread {
     scope: Scope,
     calls: Mutex<HashMap<Arc<str>, CancellationToken>>,
+    // The thread's bound on calls in flight: one runtime's thread cannot take the whole server's room.
+    in_flight: Quota,
 }
 
 impl Thread {
@@ -39,7 +41,13 @@ impl Thread {
         Self {
             scope,
             calls: Mutex::default(),
+            in_flight: settings.scope_quota(),
         }
+    }
+
+    /// The thread's count of calls in flight, bounded by the server's `max_in_flight_per_thread`.
+    pub(super) fn in_flight(&self) -> &Quota {
+        &self.in_flight
     }
 }
 
@@ -94,21 +102,22 @@ impl Thread {
     }
 }
 
-/// A call's hold, from its acceptance to its end: keeps the thread in the table and the call counted as running,
+/// A call's hold, from its acceptance to its end: keeps the thread in the table and the call counted as running
+/// (its place in the server's bound and in its thread's),
 /// and takes the call out of the thread when dropped (however the call's task ends, an abort included). The
 /// fields drop in order: the call leaves the thread, then the lease goes, then the count.
 pub(super) struct CallHold {
     thread: Lease<Arc<str>, Thread>,
     id: Arc<str>,
-    _running: Permit,
+    _admitted: Admitted,
 }
 
 impl CallHold {
-    pub(super) fn new(thread: Lease<Arc<str>, Thread>, id: Arc<str>, running: Permit) -> Self {
+    pub(super) fn new(thread: Lease<Arc<str>, Thread>, id: Arc<str>, admitted: Admitted) -> Self {
         Self {
             thread,
             id,
-            _running: running,
+            _admitted: admitted,
         }
     }
 
