@@ -36,6 +36,6 @@ pub mod rap;
 mod scopes;
 
 pub use call::RpcService;
-pub use front::DEFAULT_MAX_BODY_BYTES;
+pub use front::{DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY_BYTES};
 pub use jsonrpc::JsonRpc;
 pub use mcp::McpHttp;

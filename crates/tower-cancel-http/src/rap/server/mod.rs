@@ -89,7 +89,8 @@ pub const DEFAULT_NOTICES_PER_SECOND: u32 = 200;
 /// [`require_bearer`](crate::auth::require_bearer)): it guards the invocation, cancel, close and status endpoints
 /// alike, so a stranger's cancel gets 401 and cancels nothing. The notices are rate-limited
 /// ([`notices_per_second`](Self::notices_per_second), 429 past it), bodies are bounded (invocations
-/// [`max_body_bytes`](Self::max_body_bytes), notices [`MAX_NOTICE_BYTES`]), and ids are checked (see
+/// [`max_body_bytes`](Self::max_body_bytes), notices [`MAX_NOTICE_BYTES`]; both within
+/// [`body_timeout`](Self::body_timeout)), and ids are checked (see
 /// [`ids`](super::ids)): an invalid notice is answered 200 and does nothing.
 ///
 /// # Example
@@ -172,6 +173,13 @@ impl<S> ToolServer<S> {
     /// by default.
     pub fn max_body_bytes(self, bytes: usize) -> Self {
         self.configure(|settings, _| settings.max_body_bytes = bytes)
+    }
+
+    /// How long a body may take to arrive, from when it is first read (an invocation is
+    /// answered 408 past it, a notice ignored);
+    /// [`DEFAULT_BODY_TIMEOUT`](crate::DEFAULT_BODY_TIMEOUT) by default.
+    pub fn body_timeout(self, timeout: Duration) -> Self {
+        self.configure(|settings, _| settings.body_timeout = timeout)
     }
 
     /// Rate-limit the notices to `per_second` (bursts of twice it), 429 past it; `None` for no limit.
