@@ -17,11 +17,11 @@ use tokio_util::sync::CancellationToken;
 use tower_service::Service;
 
 use super::{
+    counters::Counters,
     entry::Idle,
     in_flight::InFlight,
     limits::{Limits, CLOSE_GRACE, HTTP2_KEEP_ALIVE},
     slot_io::SlotIo,
-    stats::Counters,
     table::{Slot, Table},
 };
 
@@ -113,7 +113,8 @@ where
             () = &mut watchdog => {
                 let now = Instant::now();
                 if let Some(reason) = closing {
-                    if entry.in_flight() == 0 {
+                    // A request in flight (or an HTTP/2 WebSocket) is let finish: hyper closes after it.
+                    if entry.idle() != Idle::Busy {
                         tracing::debug!(?reason, "connection closed: it did not close in time");
                         break;
                     }

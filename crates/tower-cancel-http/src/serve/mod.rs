@@ -54,10 +54,12 @@
 //! # }
 //! ```
 
-// The floor plan: this file accepts (`table` admits, `refuse` turns away); `connection` serves one, standing on
-// `in_flight` (its requests counted) and `slot_io` (its place held by its socket); `entry` is what the table and a
-// connection share; `limits` and `open_files` stand on nothing of the module.
+// The floor plan: this file accepts, on `table` (admits, or evicts to make room), `refuse` (turns away) and
+// `connection` (serves one, on `in_flight`, its requests counted, and `slot_io`, its place held by its socket);
+// `stats` reads the `table`; `entry` (what the table and a connection share), `counters` and `limits` (on
+// `open_files`) stand on nothing of the module.
 mod connection;
+mod counters;
 mod entry;
 mod in_flight;
 mod limits;
@@ -81,7 +83,9 @@ use axum::{extract::Request, response::Response, serve::Listener};
 use futures_util::future::BoxFuture;
 use tower_service::Service;
 
-use self::{connection::Shared, limits::Limits, refuse::Refusals, stats::Counters, table::Table};
+use self::{
+    connection::Shared, counters::Counters, limits::Limits, refuse::Refusals, table::Table,
+};
 pub use self::{
     limits::{DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS},
     stats::{ConnectionStats, Connections},

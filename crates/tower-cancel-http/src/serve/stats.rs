@@ -1,11 +1,8 @@
-//! What a listener counts of its connections, and the handle that reads it.
+//! The public view of a listener's counters: [`ConnectionStats`], and the handle that reads them.
 
 use std::{
     fmt,
-    sync::{
-        atomic::{AtomicU64, Ordering},
-        Arc,
-    },
+    sync::{atomic::Ordering, Arc},
 };
 
 use super::table::Table;
@@ -28,22 +25,6 @@ pub struct ConnectionStats {
     pub evicted: u64,
     /// New connections answered 503 because every open connection was busy.
     pub refused: u64,
-}
-
-/// The counters a listener's table keeps.
-#[derive(Debug, Default)]
-pub(super) struct Counters {
-    pub(super) accepted: AtomicU64,
-    pub(super) head_timeouts: AtomicU64,
-    pub(super) idle_closed: AtomicU64,
-    pub(super) evicted: AtomicU64,
-    pub(super) refused: AtomicU64,
-}
-
-impl Counters {
-    pub(super) fn count(counter: &AtomicU64) {
-        counter.fetch_add(1, Ordering::Relaxed);
-    }
 }
 
 /// A handle on a listener's connections, from [`Serve::connections`](super::Serve::connections): cheap to clone,

@@ -14,7 +14,7 @@ use std::{
 
 use tokio::{sync::Notify, time::Instant};
 
-use super::{entry::Entry, stats::Counters};
+use super::{counters::Counters, entry::Entry};
 
 /// How long a newcomer waits for an evicted connection to close before another is chosen. Its task closes it
 /// as soon as it runs, so this is only a bound for a runtime too busy to run it.
