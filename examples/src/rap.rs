@@ -22,7 +22,7 @@
 //!     &format!("http://{}", listener.local_addr()?),
 //!     tower_cancel::TimeoutLayer::none(),
 //! );
-//! axum::serve(listener, server.router("s3cret")).await
+//! tower_cancel_http::serve(listener, server.router("s3cret")).await
 //! # }
 //! ```
 

@@ -14,6 +14,10 @@
 //! the JSON text `{"started","completed","cancelled","inFlight"}` (the sleep handlers' counters, and the calls
 //! running besides the `stats` call itself). With `--timeout-ms T` a call that runs too long is stopped and its
 //! result is `Error: the tool call timed out`.
+//!
+//! Served by [`tower_cancel_http::serve`] with its default bounds against hostile clients: a request's head and its body
+//! within 30 s each, idle connections closed, at most 1024 connections open (the one idle the longest closed to
+//! make room, 503 when every one is busy).
 
 use std::process::ExitCode;
 
@@ -31,6 +35,6 @@ async fn main() -> std::io::Result<ExitCode> {
     let server = examples::rap::Server::new(&base, examples::timeouts_from_args());
     let app = server.router(&token);
     println!("listening on {base}");
-    axum::serve(listener, app).await?;
+    tower_cancel_http::serve(listener, app).await?;
     Ok(ExitCode::SUCCESS)
 }

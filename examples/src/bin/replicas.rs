@@ -107,7 +107,7 @@ impl Replica {
             Some(bus.replica().clone()),
         );
         let router = server.router(TOKEN);
-        tokio::spawn(async move { axum::serve(listener, router).await });
+        tokio::spawn(async move { tower_cancel_http::serve(listener, router).await });
         Ok(Self { base, server })
     }
 
@@ -181,7 +181,7 @@ async fn callback_url() -> Result<String, String> {
         .map_err(|e| e.to_string())?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let router = Router::new().route("/results", post(|| async { "" }));
-    tokio::spawn(async move { axum::serve(listener, router).await });
+    tokio::spawn(async move { tower_cancel_http::serve(listener, router).await });
     Ok(format!("http://{addr}/results"))
 }
 

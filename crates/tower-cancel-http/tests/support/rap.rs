@@ -125,7 +125,7 @@ impl Harness {
         let service = ServiceBuilder::new().layer(stack).service(tools);
         let server = configure(ToolServer::new(toolset, service));
         let router = server.clone().router_with(require_bearer(TOKEN));
-        tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+        tokio::spawn(async move { tower_cancel_http::serve(listener, router).await.unwrap() });
         let (callback, callback_url) = Callback::start(callback_statuses).await;
         Self {
             addr,

@@ -116,7 +116,7 @@ pub const DEFAULT_NOTICES_PER_SECOND: u32 = 200;
 /// let toolset = tools.toolset("sleepy", "http://127.0.0.1:8080/invoke");
 /// let stack = ServiceBuilder::new().layer(CancelStack::new(Rap)).service(tools);
 /// let app = ToolServer::new(toolset, stack).router_with(require_bearer("s3cret"));
-/// axum::serve(listener, app).await
+/// tower_cancel_http::serve(listener, app).await
 /// # }
 /// ```
 pub struct ToolServer<S> {
