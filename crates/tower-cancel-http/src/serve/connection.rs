@@ -92,8 +92,8 @@ where
             () = entry.evict.notified() => {
                 conn.as_mut().graceful_shutdown();
                 // One chance to say so (HTTP/2's GOAWAY) before the socket is closed.
-                let ended = conn.as_mut().now_or_never().is_some();
-                if ended || entry.in_flight() == 0 {
+                let closed_already = conn.as_mut().now_or_never().is_some();
+                if closed_already || entry.in_flight() == 0 {
                     Counters::count(&counters.evicted);
                     tracing::debug!("connection evicted to make room for a new one");
                     break;
