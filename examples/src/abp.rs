@@ -19,7 +19,7 @@
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
 //! let app = examples::abp::App::new(None);
 //! println!("listening on ws://{}/abp", listener.local_addr()?);
-//! axum::serve(listener, app.router()).await
+//! tower_cancel_http::serve(listener, app.router()).await
 //! # }
 //! ```
 

@@ -29,8 +29,7 @@
 //!     &format!("http://{}", listener.local_addr()?),
 //!     tower_cancel::TimeoutLayer::none(),
 //! );
-//! let app = server.router("s3cret");
-//! axum::serve(listener, app.into_make_service_with_connect_info::<std::net::SocketAddr>()).await
+//! tower_cancel_http::serve(listener, server.router("s3cret")).await
 //! # }
 //! ```
 

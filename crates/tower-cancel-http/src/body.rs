@@ -1,4 +1,6 @@
-//! Reading a POST's body: its size bounded, its content type checked, its JSON-RPC messages parsed.
+//! Reading a POST's body: its size and its time bounded, its content type checked, its JSON-RPC messages parsed.
+
+use std::time::Duration;
 
 use std::fmt;
 
@@ -31,9 +33,15 @@ pub(crate) struct Refused {
     pub(crate) detail: &'static str,
 }
 
-/// Read the body, at most `limit` bytes of it.
-pub(crate) async fn read(body: Body, limit: usize) -> Result<Bytes, Refused> {
-    axum::body::to_bytes(body, limit).await.map_err(|error| {
+/// Read the body, at most `limit` bytes of it, all of it within `timeout`.
+pub(crate) async fn read(body: Body, limit: usize, timeout: Duration) -> Result<Bytes, Refused> {
+    let Ok(read) = tokio::time::timeout(timeout, axum::body::to_bytes(body, limit)).await else {
+        return Err(Refused {
+            status: StatusCode::REQUEST_TIMEOUT,
+            detail: "the body did not arrive in time",
+        });
+    };
+    read.map_err(|error| {
         let too_large = std::error::Error::source(&error)
             .is_some_and(|source| source.is::<http_body_util::LengthLimitError>());
         if too_large {

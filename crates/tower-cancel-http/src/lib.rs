@@ -24,6 +24,11 @@
 //! and a graceful shutdown: `shutdown()` cancels every request in flight with reason `Shutdown`, answered as its
 //! protocol says, refuses later ones the protocol's way, and `drained()` waits for the end. The skeleton is also
 //! the seam through which another framework's HTTP request becomes one of ours ([`front::Front`]).
+//!
+//! Serve the `Router` they are mounted in with [`serve()`] rather than `axum::serve`: the same loop with every
+//! connection bounded against hostile clients (a timeout for a request's head, idle connections closed, a limit
+//! on open connections that evicts the longest idle and keeps answering new clients), and a timeout on the
+//! bodies the front ends read ([`DEFAULT_BODY_TIMEOUT`]). See the [`serve`](mod@serve) module.
 
 pub mod abp;
 pub mod auth;
@@ -34,8 +39,10 @@ pub mod jsonrpc;
 pub mod mcp;
 pub mod rap;
 mod scopes;
+pub mod serve;
 
 pub use call::RpcService;
-pub use front::DEFAULT_MAX_BODY_BYTES;
+pub use front::{DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY_BYTES};
 pub use jsonrpc::JsonRpc;
 pub use mcp::McpHttp;
+pub use serve::serve;

@@ -167,7 +167,7 @@ where
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let router = Router::new().route("/abp", route);
-    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    tokio::spawn(async move { tower_cancel_http::serve(listener, router).await.unwrap() });
     (format!("ws://{addr}/abp"), Seen(seen_by_test))
 }
 

@@ -717,7 +717,7 @@ async fn a_layer_of_the_users_own_guards_every_endpoint_but_discovery() {
     let router = server
         .clone()
         .router_with(axum::middleware::from_fn(api_key));
-    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    tokio::spawn(async move { tower_cancel_http::serve(listener, router).await.unwrap() });
     let (callback, callback_url) = support::rap::Callback::start(vec![]).await;
     let http = reqwest::Client::new();
     let post = |path: &str, key: Option<&str>, body: Value| {

@@ -30,7 +30,7 @@ async fn runtime(bases: Vec<String>) -> Runtime {
     )
     .bearer(TOKEN);
     let router = runtime.callback_router("/callback");
-    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    tokio::spawn(async move { tower_cancel_http::serve(listener, router).await.unwrap() });
     runtime
 }
 
@@ -73,7 +73,7 @@ async fn upstream(
             .service(tools),
     );
     let router = server.clone().router_with(require_bearer(TOKEN));
-    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    tokio::spawn(async move { tower_cancel_http::serve(listener, router).await.unwrap() });
     (server, addr)
 }
 

@@ -96,7 +96,7 @@ impl Server {
             addr: listener.local_addr().unwrap(),
         };
         let app = Router::new().fallback(record).with_state(server.clone());
-        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        tokio::spawn(async move { tower_cancel_http::serve(listener, app).await.unwrap() });
         server
     }
 

@@ -29,7 +29,7 @@ async fn runtime(h: &Harness, others: &[String]) -> Runtime {
     )
     .bearer(TOKEN);
     let router = runtime.callback_router("/callback");
-    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    tokio::spawn(async move { tower_cancel_http::serve(listener, router).await.unwrap() });
     runtime
 }
 

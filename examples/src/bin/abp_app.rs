@@ -12,6 +12,10 @@
 //! `stats` answers `{"started","completed","cancelled","inFlight"}` (the sleep handlers' counters, and the sleeps
 //! running now). With `--timeout-ms T` every call is stopped after T ms (`cancelled: true`, code `TIMEOUT`); a
 //! call's own `options.timeout` may ask for less. `abp_agent --url ws://ADDR/abp` drives it.
+//!
+//! Served by [`tower_cancel_http::serve`] with its default bounds against hostile clients: a request's head
+//! within 30 s, idle connections closed, at most 1024 connections open (the one idle the longest closed to make
+//! room, 503 when every one is busy; a WebSocket is never closed for it).
 
 use std::time::Duration;
 
@@ -27,5 +31,5 @@ async fn main() -> std::io::Result<()> {
     let url = format!("ws://{}/abp", listener.local_addr()?);
     let app = examples::abp::App::new(timeout);
     println!("listening on {url}");
-    axum::serve(listener, app.router()).await
+    tower_cancel_http::serve(listener, app.router()).await
 }

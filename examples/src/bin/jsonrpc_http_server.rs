@@ -10,6 +10,10 @@
 //! Once bound it prints one line, `listening on http://ADDR/rpc` (with the real port when asked for port 0).
 //! Methods, as in `lsp_server`: `demo/sleep {"ms"}` (answers `{"slept": ms}` after that long) and `demo/stats`
 //! (the sleep handlers' counters; `inFlight` counts the requests running over every POST).
+//!
+//! Served by [`tower_cancel_http::serve`] with its default bounds against hostile clients: a request's head and its body
+//! within 30 s each, idle connections closed, at most 1024 connections open (the one idle the longest closed to
+//! make room, 503 when every one is busy).
 
 use axum::{
     routing::{get, post_service},
@@ -55,5 +59,5 @@ async fn main() -> std::io::Result<()> {
         .route("/health", get(|| async { "ok" }));
     let listener = tokio::net::TcpListener::bind(&addr).await?;
     println!("listening on http://{}/rpc", listener.local_addr()?);
-    axum::serve(listener, app).await
+    tower_cancel_http::serve(listener, app).await
 }

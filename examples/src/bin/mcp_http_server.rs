@@ -11,6 +11,10 @@
 //! Once bound it prints one line, `listening on http://ADDR/mcp` (with the real port when asked for port 0).
 //! Tools ([`examples::mcp`], shared with `mcp_server`): `sleep {"ms"}`, `progress {"steps", "intervalMs"}` and
 //! `stats`, whose `inFlight` counts the requests running over every session and stateless POST.
+//!
+//! Served by [`tower_cancel_http::serve`] with its default bounds against hostile clients: a request's head and its body
+//! within 30 s each, idle connections closed, at most 1024 connections open (the one idle the longest closed to
+//! make room, 503 when every one is busy).
 
 use axum::{routing::any_service, Router};
 use examples::mcp::{Tools, Versions};
@@ -41,5 +45,5 @@ async fn main() -> std::io::Result<()> {
     let app = Router::new().route("/mcp", any_service(mcp));
     let listener = tokio::net::TcpListener::bind(&addr).await?;
     println!("listening on http://{}/mcp", listener.local_addr()?);
-    axum::serve(listener, app).await
+    tower_cancel_http::serve(listener, app).await
 }

@@ -20,6 +20,10 @@
 //! `localhost`...) are refused: the invocation gets 400 `callback_url: an internal address ...`, and a host name
 //! is delivered to on its public addresses only. `--allow-private-callbacks` delivers to them too, for a runtime
 //! on the same host or network (and for tests on loopback).
+//!
+//! Served by [`tower_cancel_http::serve`] with its default bounds against hostile clients: a request's head and its body
+//! within 30 s each, idle connections closed, at most 1024 connections open (the one idle the longest closed to
+//! make room, 503 when every one is busy).
 
 use std::process::ExitCode;
 
@@ -44,8 +48,8 @@ async fn main() -> std::io::Result<ExitCode> {
     );
     let app = server.router(&token);
     println!("listening on {base}");
-    // With the peers' addresses: the rate limit of cancels is each client's (its token and its address).
-    let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
-    axum::serve(listener, app).await?;
+    // `serve` gives each request the peer's address: the rate limit of cancels is each client's (its token and
+    // its address).
+    tower_cancel_http::serve(listener, app).await?;
     Ok(ExitCode::SUCCESS)
 }

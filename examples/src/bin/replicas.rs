@@ -109,10 +109,8 @@ impl Replica {
                 ..Default::default()
             },
         );
-        let app = server
-            .router(TOKEN)
-            .into_make_service_with_connect_info::<std::net::SocketAddr>();
-        tokio::spawn(async move { axum::serve(listener, app).await });
+        let router = server.router(TOKEN);
+        tokio::spawn(async move { tower_cancel_http::serve(listener, router).await });
         Ok(Self { base, server })
     }
 
@@ -186,7 +184,7 @@ async fn callback_url() -> Result<String, String> {
         .map_err(|e| e.to_string())?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let router = Router::new().route("/results", post(|| async { "" }));
-    tokio::spawn(async move { axum::serve(listener, router).await });
+    tokio::spawn(async move { tower_cancel_http::serve(listener, router).await });
     Ok(format!("http://{addr}/results"))
 }
 

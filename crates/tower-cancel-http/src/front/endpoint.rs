@@ -1,14 +1,17 @@
 //! The one way a front end is built: its service, and what its clones share (the skeleton's [`State`], the
 //! [`Settings`] every front end has, its protocol's own configuration), configured before it is first cloned.
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
 
 use axum::body::Body;
 use bytes::Bytes;
 use tower_cancel::{bus::Replica, Scope};
 
 use super::{
-    limits::{DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_IN_FLIGHT, DEFAULT_MAX_IN_FLIGHT_PER_SCOPE},
+    limits::{
+        DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_IN_FLIGHT,
+        DEFAULT_MAX_IN_FLIGHT_PER_SCOPE,
+    },
     quota::Quota,
     state::State,
     Core, Front,
@@ -29,6 +32,8 @@ impl Protocol for () {}
 pub(crate) struct Settings {
     /// The largest body (or WebSocket message) read.
     pub(crate) max_body_bytes: usize,
+    /// How long a body may take to arrive.
+    pub(crate) body_timeout: Duration,
     /// Set when the server is one replica of several: scopes kept under a shared key are attached to it.
     pub(crate) replica: Option<Replica>,
     /// The most requests running at once, over every client.
@@ -41,6 +46,7 @@ impl Default for Settings {
     fn default() -> Self {
         Self {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            body_timeout: DEFAULT_BODY_TIMEOUT,
             replica: None,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             max_in_flight_per_scope: DEFAULT_MAX_IN_FLIGHT_PER_SCOPE,
@@ -144,9 +150,11 @@ impl<S, C> Endpoint<S, C> {
         &self.shared.protocol
     }
 
-    /// Read a request's body, at most [`Settings::max_body_bytes`] of it (413 past it).
+    /// Read a request's body, at most [`Settings::max_body_bytes`] of it (413 past it), within
+    /// [`Settings::body_timeout`] (408 past it).
     pub(crate) async fn read_body(&self, body: Body) -> Result<Bytes, Refused> {
-        body::read(body, self.shared.settings.max_body_bytes).await
+        let settings = &self.shared.settings;
+        body::read(body, settings.max_body_bytes, settings.body_timeout).await
     }
 }
 

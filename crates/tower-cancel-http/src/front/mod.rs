@@ -5,7 +5,9 @@
 //! - **Building.** Each is made with `new` over the stack it serves and configured by chained methods before it
 //!   is first cloned (to mount it, or for its [`Front`]; configuring a clone panics): every clone serves the same
 //!   configuration. The settings they all have: the largest body read (`max_body_bytes`,
-//!   [`DEFAULT_MAX_BODY_BYTES`]; an ABP app's `max_message_bytes`, its largest WebSocket message), and, for
+//!   [`DEFAULT_MAX_BODY_BYTES`]; an ABP app's `max_message_bytes`, its largest WebSocket message), how long a
+//!   POST's body may take to arrive (`body_timeout` of those that read one, [`DEFAULT_BODY_TIMEOUT`]; 408 past
+//!   it), and, for
 //!   those whose scopes outlive a request (MCP sessions, RAP threads, JSON-RPC principals), the
 //!   [`Replica`](tower_cancel::bus::Replica) those scopes are attached to under a key every replica shares.
 //! - **Mounting.** Each gives an axum `Router` of its endpoints: `router()` at their usual paths, `router_with(auth)`
@@ -84,7 +86,7 @@ use self::state::State;
 pub use self::{
     admission::{Admission, Admitted},
     limits::{
-        BUSY_RETRY_AFTER_SECS, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_IN_FLIGHT,
+        BUSY_RETRY_AFTER_SECS, DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_IN_FLIGHT,
         DEFAULT_MAX_IN_FLIGHT_PER_SCOPE, MAX_ID_BYTES,
     },
     link::{Link, OnHangUp},

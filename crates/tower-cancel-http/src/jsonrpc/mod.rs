@@ -31,6 +31,7 @@
 //! | bytes that are not JSON / JSON that is not a message / `[]` | 200 with -32700 / -32600 / -32600 |
 //! | a `Content-Type` other than JSON | 415 |
 //! | a body over [`max_body_bytes`](JsonRpc::max_body_bytes) | 413 |
+//! | a body not received within [`body_timeout`](JsonRpc::body_timeout) | 408 |
 //! | a method other than POST | 405 |
 //!
 //! # Cancellation
@@ -158,6 +159,12 @@ impl<S> JsonRpc<S> {
     /// holds more.
     pub fn max_batch_reply_bytes(self, bytes: usize) -> Self {
         self.configure(|_, config| config.max_batch_reply_bytes = bytes)
+    }
+
+    /// How long a body may take to arrive, from when it is first read (408 past it);
+    /// [`DEFAULT_BODY_TIMEOUT`](crate::DEFAULT_BODY_TIMEOUT) by default.
+    pub fn body_timeout(self, timeout: Duration) -> Self {
+        self.configure(|settings, _| settings.body_timeout = timeout)
     }
 
     /// Scope cancels by principal: the POSTs whose HTTP request carries the same `P` in its extensions (put

@@ -64,8 +64,8 @@
 //! be noticed. SSE events carry no ids: streams are not resumed. A client that accepts only JSON never gets a
 //! stream (its progress reports are refused).
 //!
-//! Both revisions check `Origin` ([`Origins`]; 403), refuse a body over the limit (413) and a content type that
-//! is not JSON (415), and answer a body that is not a JSON-RPC message with 400 and its error.
+//! Both revisions check `Origin` ([`Origins`]; 403), refuse a body over the limit (413) or slower than its
+//! [timeout](McpHttp::body_timeout) (408) and a content type that is not JSON (415), and answer a body that is not a JSON-RPC message with 400 and its error.
 //!
 //! # Shutdown
 //!
@@ -185,6 +185,12 @@ impl<S> McpHttp<S> {
     /// The largest body accepted (413 above it).
     pub fn max_body_bytes(self, bytes: usize) -> Self {
         self.configure(|settings, _| settings.max_body_bytes = bytes)
+    }
+
+    /// How long a body may take to arrive, from when it is first read (408 past it);
+    /// [`DEFAULT_BODY_TIMEOUT`](crate::DEFAULT_BODY_TIMEOUT) by default.
+    pub fn body_timeout(self, timeout: Duration) -> Self {
+        self.configure(|settings, _| settings.body_timeout = timeout)
     }
 
     /// The most requests running at once, over every session and stateless request

@@ -51,7 +51,7 @@ type Authorize = Arc<dyn Fn(reqwest::RequestBuilder) -> reqwest::RequestBuilder 
 /// let notifier = Notifier::new(["http://127.0.0.1:4000"]).bearer("s3cret");
 /// let runtime = Runtime::new("http://127.0.0.1:5000/callback", notifier).bearer("s3cret");
 /// let listener = tokio::net::TcpListener::bind("127.0.0.1:5000").await?;
-/// tokio::spawn(axum::serve(listener, runtime.callback_router("/callback")).into_future());
+/// tokio::spawn(tower_cancel_http::serve(listener, runtime.callback_router("/callback")).into_future());
 ///
 /// let result = runtime
 ///     .call("http://127.0.0.1:4000/invoke", "thread-1", "call-1", "sleep", json!({"ms": 100}))

@@ -129,7 +129,7 @@ pub(crate) async fn serve_with(
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("ws://{}/abp", listener.local_addr().unwrap());
     let router = app.router();
-    tokio::spawn(async move { axum::serve(listener, router).await });
+    tokio::spawn(async move { tower_cancel_http::serve(listener, router).await });
     App { app, url, counts }
 }
 

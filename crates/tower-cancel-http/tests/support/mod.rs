@@ -23,7 +23,7 @@ pub mod rap;
 pub async fn serve(router: Router) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    tokio::spawn(async move { tower_cancel_http::serve(listener, router).await.unwrap() });
     addr
 }
 

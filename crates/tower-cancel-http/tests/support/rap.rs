@@ -125,9 +125,8 @@ impl Harness {
         let service = ServiceBuilder::new().layer(stack).service(tools);
         let server = configure(ToolServer::new(toolset, service));
         let router = server.clone().router_with(require_bearer(TOKEN));
-        // With the peers' addresses, as a real deployment is served: the rate limits key on them.
-        let app = router.into_make_service_with_connect_info::<SocketAddr>();
-        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        // `serve` gives each request the peer's address, as a real deployment is served: the rate limits key on it.
+        tokio::spawn(async move { tower_cancel_http::serve(listener, router).await.unwrap() });
         let (callback, callback_url) = Callback::start(callback_statuses).await;
         Self {
             addr,

@@ -115,7 +115,7 @@ use crate::{
 /// let app = AbpApp::new(stack).app(AppInfo { id: "demo".into(), name: "Demo".into(), version: "1.0.0".into() })
 ///     .capabilities(["render"]);
 /// let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-/// axum::serve(listener, app.router()).await.unwrap();
+/// tower_cancel_http::serve(listener, app.router()).await.unwrap();
 /// # }
 /// ```
 pub struct AbpApp<S> {

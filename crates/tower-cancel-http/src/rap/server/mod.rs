@@ -101,7 +101,8 @@ pub const DEFAULT_NOTICES_PER_SECOND: u32 = 1000;
 /// alike, so a stranger's cancel gets 401 and cancels nothing. The notices are rate-limited per client
 /// ([`notices_per_second`](Self::notices_per_second): past it a cancel or a close is answered 200 and does
 /// nothing, a status question gets 429), bodies are bounded (invocations
-/// [`max_body_bytes`](Self::max_body_bytes), notices [`MAX_NOTICE_BYTES`]), and ids are checked (see
+/// [`max_body_bytes`](Self::max_body_bytes), notices [`MAX_NOTICE_BYTES`]; both within
+/// [`body_timeout`](Self::body_timeout)), and ids are checked (see
 /// [`ids`](super::ids)): an invalid notice is answered 200 and does nothing. Calls in flight are bounded, the
 /// server's and each thread's (503 past them), and so are the threads kept. A token holder chooses where results
 /// go: where it is not trusted as much as the server's network, turn on
@@ -130,8 +131,9 @@ pub const DEFAULT_NOTICES_PER_SECOND: u32 = 1000;
 /// let toolset = tools.toolset("sleepy", "http://127.0.0.1:8080/invoke");
 /// let stack = ServiceBuilder::new().layer(CancelStack::new(Rap)).service(tools);
 /// let app = ToolServer::new(toolset, stack).router_with(require_bearer("s3cret"));
-/// // With the peers' addresses, so that the rate limits tell apart two hosts using the same token.
-/// axum::serve(listener, app.into_make_service_with_connect_info::<std::net::SocketAddr>()).await
+/// // `serve` gives each request the peer's address, so that the rate limits tell apart two hosts using the
+/// // same token.
+/// tower_cancel_http::serve(listener, app).await
 /// # }
 /// ```
 pub struct ToolServer<S> {
@@ -196,12 +198,19 @@ impl<S> ToolServer<S> {
         self.configure(|settings, _| settings.max_body_bytes = bytes)
     }
 
+    /// How long a body may take to arrive, from when it is first read (an invocation is
+    /// answered 408 past it, a notice ignored);
+    /// [`DEFAULT_BODY_TIMEOUT`](crate::DEFAULT_BODY_TIMEOUT) by default.
+    pub fn body_timeout(self, timeout: Duration) -> Self {
+        self.configure(|settings, _| settings.body_timeout = timeout)
+    }
+
     /// Rate-limit each client's notices to `per_second` (bursts of twice it); `None` for no limit.
     /// [`DEFAULT_NOTICES_PER_SECOND`] by default.
     ///
     /// A client is its credential (the `Authorization` header, kept hashed) and its address (axum's
-    /// `ConnectInfo<SocketAddr>`: serve the router with `into_make_service_with_connect_info::<SocketAddr>()`,
-    /// else clients are told apart by credential only), so one runtime flooding cannot starve another, even one
+    /// `ConnectInfo<SocketAddr>`, which [`serve`](crate::serve) puts in each request, as does axum's
+    /// `into_make_service_with_connect_info::<SocketAddr>()`; else clients are told apart by credential only), so one runtime flooding cannot starve another, even one
     /// using the same token from another host. Cancels and closes share one quota; status questions have one of
     /// their own, so that polling the status never uses up the quota of cancels.
     ///

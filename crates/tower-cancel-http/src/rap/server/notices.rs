@@ -6,6 +6,8 @@
 //! client's rate limit is answered 200 too, and does nothing (a runtime never retries a notice, and the spec
 //! allows no other status); a status question past it gets 429.
 
+use std::time::Duration;
+
 use axum::{
     body::Body,
     extract::State,
@@ -44,7 +46,13 @@ pub(super) async fn cancel_tool_call<S>(
     {
         return StatusCode::OK.into_response();
     }
-    let Some(notice) = read::<CancelToolCall>(request, "cancel_tool_call").await else {
+    let Some(notice) = read::<CancelToolCall>(
+        request,
+        "cancel_tool_call",
+        server.endpoint.settings().body_timeout,
+    )
+    .await
+    else {
         return StatusCode::OK.into_response();
     };
     // A cancel before its invocation is remembered in the thread's scope, so the thread is made if need be; the
@@ -83,7 +91,13 @@ pub(super) async fn close_thread<S>(
     {
         return StatusCode::OK.into_response();
     }
-    let Some(notice) = read::<CloseThread>(request, "close_thread").await else {
+    let Some(notice) = read::<CloseThread>(
+        request,
+        "close_thread",
+        server.endpoint.settings().body_timeout,
+    )
+    .await
+    else {
         return StatusCode::OK.into_response();
     };
     let closed = config.threads.remove(
@@ -108,15 +122,19 @@ pub(super) async fn tool_call_status<S>(
         )
             .into_response();
     }
-    let alive = read::<CancelToolCall>(request, "tool_call_status")
-        .await
-        .is_some_and(|notice| {
-            server
-                .config()
-                .threads
-                .get(&notice.thread_id.as_str().into())
-                .is_some_and(|thread| thread.is_alive(&notice.tool_call_id))
-        });
+    let alive = read::<CancelToolCall>(
+        request,
+        "tool_call_status",
+        server.endpoint.settings().body_timeout,
+    )
+    .await
+    .is_some_and(|notice| {
+        server
+            .config()
+            .threads
+            .get(&notice.thread_id.as_str().into())
+            .is_some_and(|thread| thread.is_alive(&notice.tool_call_id))
+    });
     body::json_response(StatusCode::OK, &CallStatus { alive })
 }
 
@@ -172,7 +190,11 @@ impl Notice for CloseThread {
 
 /// The notice's body, or `None` (logged) if it is not a JSON object of that shape within [`MAX_NOTICE_BYTES`]
 /// whose ids are valid.
-async fn read<T: Notice>(request: http::Request<Body>, endpoint: &'static str) -> Option<T> {
+async fn read<T: Notice>(
+    request: http::Request<Body>,
+    endpoint: &'static str,
+    timeout: Duration,
+) -> Option<T> {
     let (parts, body) = request.into_parts();
     // The spec says JSON, and a runtime that says otherwise is not heard; one that says nothing is read as JSON
     // (its notice is never retried: a lost cancel costs a whole call).
@@ -182,7 +204,7 @@ async fn read<T: Notice>(request: http::Request<Body>, endpoint: &'static str) -
             return None;
         }
     }
-    let bytes = match body::read(body, MAX_NOTICE_BYTES).await {
+    let bytes = match body::read(body, MAX_NOTICE_BYTES, timeout).await {
         Ok(bytes) => bytes,
         Err(refused) => {
             tracing::warn!(endpoint, detail = refused.detail, "a notice ignored");
