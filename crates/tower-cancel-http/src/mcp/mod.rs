@@ -76,7 +76,7 @@
 
 mod origin;
 mod reply;
-mod revision;
+pub(crate) mod revision;
 mod session;
 
 use std::{
@@ -439,15 +439,12 @@ impl<S: RpcService> Post<S> {
 
     async fn session(self, parts: Parts, message: Message, sse: bool) -> HttpResponse {
         let id = message_id(&message);
-        if let Some(version) = parts.headers.get(PROTOCOL_VERSION) {
-            let version = version.to_str().unwrap_or("(not text)");
-            if !SESSION_VERSIONS.contains(&version) {
-                let Refusal {
-                    status,
-                    error: refusal,
-                } = revision::unsupported(version);
-                return error(status, id, refusal);
-            }
+        if let Err(Refusal {
+            status,
+            error: refusal,
+        }) = revision::check_session_version(&parts.headers)
+        {
+            return error(status, id, refusal);
         }
         let session_id = parts
             .headers
@@ -597,7 +594,7 @@ fn with_revision(mut request: Request, revision: Revision) -> Request {
 }
 
 /// Whether the client takes an SSE stream (`Some(true)`), only JSON (`Some(false)`), or neither (`None`).
-fn accepts(headers: &HeaderMap) -> Option<bool> {
+pub(crate) fn accepts(headers: &HeaderMap) -> Option<bool> {
     let Some(accept) = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) else {
         // No Accept header: anything goes.
         return Some(true);

@@ -194,6 +194,22 @@ fn check(headers: &HeaderMap, request: &Request, params: &Params<'_>) -> Result<
     Ok(version.to_owned())
 }
 
+/// A POST of the session revision: its `MCP-Protocol-Version` header, if it sent one, must name a revision with
+/// sessions.
+pub(crate) fn check_session_version(headers: &HeaderMap) -> Result<(), Refusal> {
+    match headers.get(PROTOCOL_VERSION) {
+        None => Ok(()),
+        Some(version) => {
+            let version = version.to_str().unwrap_or("(not text)");
+            if SESSION_VERSIONS.contains(&version) {
+                Ok(())
+            } else {
+                Err(unsupported(version))
+            }
+        }
+    }
+}
+
 /// `UnsupportedProtocolVersion`, naming every version this server speaks.
 pub(crate) fn unsupported(requested: &str) -> Refusal {
     let supported: Vec<&str> = STATELESS_VERSIONS
@@ -220,7 +236,7 @@ fn header<'h>(headers: &'h HeaderMap, name: &str) -> Result<Option<&'h str>, Ref
 }
 
 /// Decode a `=?base64?...?=` value (how the revision sends values that are not plain ASCII).
-fn decode(value: &str) -> Result<String, Refusal> {
+pub(crate) fn decode(value: &str) -> Result<String, Refusal> {
     let Some(encoded) = value
         .strip_prefix("=?base64?")
         .and_then(|v| v.strip_suffix("?="))

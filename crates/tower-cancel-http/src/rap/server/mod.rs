@@ -2,8 +2,8 @@
 //! one axum `Router`. See [`ToolServer`].
 
 mod deliver;
-mod invoke;
-mod notices;
+pub(crate) mod invoke;
+pub(crate) mod notices;
 mod threads;
 
 use std::{
