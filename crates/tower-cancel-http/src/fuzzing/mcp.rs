@@ -4,7 +4,7 @@ use http::{HeaderMap, StatusCode};
 use tower_cancel::{ErrorObject, Message};
 
 use crate::mcp::{
-    self,
+    accept,
     revision::{self, Refusal, Spoken},
 };
 
@@ -33,7 +33,7 @@ pub fn decode_header_value(value: &str) -> Result<String, (StatusCode, ErrorObje
 
 /// What the `Accept` header allows: an SSE stream (`Some(true)`), JSON only (`Some(false)`), or neither.
 pub fn accepts(headers: &HeaderMap) -> Option<bool> {
-    mcp::accepts(headers)
+    accept::accepts(headers)
 }
 
 fn unpack(refusal: Refusal) -> (StatusCode, ErrorObject) {
