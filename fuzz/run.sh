@@ -25,7 +25,8 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 cargo_fuzz_version=0.13.2
-targets_all=(content_length ndjson message cancel_lsp cancel_acp cancel_acp_draft cancel_mcp server)
+targets_all=(content_length ndjson message cancel_lsp cancel_acp cancel_acp_draft cancel_mcp server
+    abp_app abp_agent rap_invocation rap_notice rap_ids mcp_headers jsonrpc_batch)
 
 runs=${FUZZ_RUNS:-100000}
 targets=()

@@ -11,8 +11,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use serde::de::IgnoredAny;
-use serde_json::Value;
 use tower_cancel::{message::code, Message, Response};
+use tower_cancel_fuzz::same_json;
 
 fuzz_target!(|data: &[u8]| {
     match Message::from_slice(data) {
@@ -77,25 +77,5 @@ fn assert_same_response(a: &Response, b: &Response) {
             }
         }
         (a, b) => panic!("{a:?} read back as {b:?}"),
-    }
-}
-
-/// JSON equality, but for floats: serde_json (without its `float_roundtrip` feature) may parse a float it wrote
-/// to a neighbouring value.
-fn same_json(a: &Value, b: &Value) -> bool {
-    match (a, b) {
-        (Value::Number(x), Value::Number(y)) if x.is_f64() && y.is_f64() => {
-            let (x, y) = (x.as_f64().unwrap(), y.as_f64().unwrap());
-            (x - y).abs() <= 4.0 * f64::EPSILON * x.abs().max(y.abs())
-        }
-        (Value::Array(x), Value::Array(y)) => {
-            x.len() == y.len() && x.iter().zip(y).all(|(x, y)| same_json(x, y))
-        }
-        (Value::Object(x), Value::Object(y)) => {
-            x.len() == y.len()
-                && x.iter()
-                    .all(|(k, x)| y.get(k).is_some_and(|y| same_json(x, y)))
-        }
-        (a, b) => a == b,
     }
 }

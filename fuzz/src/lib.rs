@@ -1,7 +1,14 @@
-//! What the fuzz targets share: feeding a framing codec the way `FramedRead` does, and checking a dialect's
-//! reading of its cancel notification against the params it was given.
+//! What the fuzz targets share: feeding a framing codec the way `FramedRead` does, checking a dialect's reading
+//! of its cancel notification against the params it was given, comparing JSON that went through text and back,
+//! and measuring what a parser allocates.
 
-#![forbid(unsafe_code)]
+// Not `forbid`: `peak` implements `GlobalAlloc`, which takes `unsafe` (it says why that is sound).
+#![deny(unsafe_code)]
+
+pub mod peak;
+mod same_json;
+
+pub use same_json::{same_json, same_serialized};
 
 use std::collections::BTreeMap;
 

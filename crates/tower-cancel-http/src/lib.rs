@@ -35,6 +35,10 @@ pub mod auth;
 mod body;
 mod call;
 pub mod front;
+// The fuzz targets' way in (fuzz/); see the module.
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod jsonrpc;
 pub mod mcp;
 pub mod rap;

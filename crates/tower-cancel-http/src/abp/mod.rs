@@ -12,7 +12,7 @@
 //! [`wire`] has the envelopes and payloads.
 
 mod agent;
-mod app;
+pub(crate) mod app;
 pub mod wire;
 
 pub use agent::*;

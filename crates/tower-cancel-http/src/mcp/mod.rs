@@ -74,8 +74,9 @@
 //! gets 404, as the session revision says of a session the server ended, and a new `initialize` gets 503. A
 //! stateless request that comes after never runs and is answered -32603 the same way.
 
+pub(crate) mod accept;
 mod reply;
-mod revision;
+pub(crate) mod revision;
 mod session;
 
 use std::{
@@ -386,7 +387,7 @@ impl<S: RpcService> Post<S> {
         if let Err(refused) = body::check_json(&parts.headers) {
             return (refused.status, refused.detail).into_response();
         }
-        let Some(sse) = accepts(&parts.headers) else {
+        let Some(sse) = accept::accepts(&parts.headers) else {
             return (
                 StatusCode::NOT_ACCEPTABLE,
                 "Accept must allow application/json or text/event-stream",
@@ -466,15 +467,12 @@ impl<S: RpcService> Post<S> {
 
     async fn session(self, parts: Parts, message: Message, sse: bool) -> HttpResponse {
         let id = message_id(&message);
-        if let Some(version) = parts.headers.get(PROTOCOL_VERSION) {
-            let version = version.to_str().unwrap_or("(not text)");
-            if !SESSION_VERSIONS.contains(&version) {
-                let Refusal {
-                    status,
-                    error: refusal,
-                } = revision::unsupported(version);
-                return error(status, id, refusal);
-            }
+        if let Err(Refusal {
+            status,
+            error: refusal,
+        }) = revision::check_session_version(&parts.headers)
+        {
+            return error(status, id, refusal);
         }
         let session_id = parts
             .headers
@@ -643,32 +641,6 @@ impl<S: RpcService> Post<S> {
 fn with_revision(mut request: Request, revision: Revision) -> Request {
     request.extensions_mut().insert(revision);
     request
-}
-
-/// Whether the client takes an SSE stream (`Some(true)`), only JSON (`Some(false)`), or neither (`None`).
-fn accepts(headers: &HeaderMap) -> Option<bool> {
-    let Some(accept) = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) else {
-        // No Accept header: anything goes.
-        return Some(true);
-    };
-    let types: Vec<&str> = accept
-        .split(',')
-        .map(|t| t.split(';').next().unwrap_or_default().trim())
-        .collect();
-    let any = types.contains(&"*/*");
-    let sse = any
-        || types
-            .iter()
-            .any(|t| t.eq_ignore_ascii_case("text/event-stream") || *t == "text/*");
-    let json = any
-        || types
-            .iter()
-            .any(|t| t.eq_ignore_ascii_case("application/json") || *t == "application/*");
-    match (json, sse) {
-        (_, true) => Some(true),
-        (true, false) => Some(false),
-        (false, false) => None,
-    }
 }
 
 fn header_text(headers: &HeaderMap, name: &str) -> Option<String> {

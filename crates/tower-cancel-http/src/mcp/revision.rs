@@ -11,6 +11,8 @@ use serde::{de::IgnoredAny, Deserialize};
 use serde_json::{json, value::RawValue};
 use tower_cancel::{ErrorObject, Message, Request};
 
+use crate::body;
+
 /// The stateless revisions this server speaks (each request carries its version; no session).
 pub const STATELESS_VERSIONS: &[&str] = &["2026-07-28"];
 /// The revisions with sessions this server speaks (`initialize` mints a session).
@@ -112,8 +114,12 @@ pub(crate) fn classify(headers: &HeaderMap, message: &Message) -> Result<Spoken,
         });
     };
     let params = match request.params() {
-        Some(raw) => serde_json::from_str::<Params<'_>>(raw.get()),
-        None => Ok(Params::default()),
+        // Only an object has a `_meta`: serde's derived reading would also take an array, by position (see
+        // `body::is_object`), and read its first element as `_meta`.
+        Some(raw) if body::is_object(raw.get().as_bytes()) => {
+            serde_json::from_str::<Params<'_>>(raw.get())
+        }
+        Some(_) | None => Ok(Params::default()),
     };
     let body_version = params
         .as_ref()
@@ -194,6 +200,22 @@ fn check(headers: &HeaderMap, request: &Request, params: &Params<'_>) -> Result<
     Ok(version.to_owned())
 }
 
+/// A POST of the session revision: its `MCP-Protocol-Version` header, if it sent one, must name a revision with
+/// sessions.
+pub(crate) fn check_session_version(headers: &HeaderMap) -> Result<(), Refusal> {
+    match headers.get(PROTOCOL_VERSION) {
+        None => Ok(()),
+        Some(version) => {
+            let version = version.to_str().unwrap_or("(not text)");
+            if SESSION_VERSIONS.contains(&version) {
+                Ok(())
+            } else {
+                Err(unsupported(version))
+            }
+        }
+    }
+}
+
 /// `UnsupportedProtocolVersion`, naming every version this server speaks.
 pub(crate) fn unsupported(requested: &str) -> Refusal {
     let supported: Vec<&str> = STATELESS_VERSIONS
@@ -220,7 +242,7 @@ fn header<'h>(headers: &'h HeaderMap, name: &str) -> Result<Option<&'h str>, Ref
 }
 
 /// Decode a `=?base64?...?=` value (how the revision sends values that are not plain ASCII).
-fn decode(value: &str) -> Result<String, Refusal> {
+pub(crate) fn decode(value: &str) -> Result<String, Refusal> {
     let Some(encoded) = value
         .strip_prefix("=?base64?")
         .and_then(|v| v.strip_suffix("?="))
@@ -246,5 +268,62 @@ pub(crate) fn stateless_status(reply: &tower_cancel::Response) -> StatusCode {
             StatusCode::BAD_REQUEST
         }
         _ => StatusCode::OK,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use http::HeaderValue;
+
+    use super::*;
+
+    fn request(body: &str) -> Message {
+        Message::from_slice(body.as_bytes()).unwrap()
+    }
+
+    fn stateless_headers(method: &'static str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(PROTOCOL_VERSION, HeaderValue::from_static("2026-07-28"));
+        headers.insert("mcp-method", HeaderValue::from_static(method));
+        headers
+    }
+
+    #[test]
+    fn a_stateless_request_with_its_headers_is_taken() {
+        let message = request(
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{
+                "io.modelcontextprotocol/protocolVersion":"2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities":{}}}}"#,
+        );
+        let spoken = classify(&stateless_headers("tools/list"), &message);
+        assert!(matches!(spoken, Ok(Spoken::Stateless(v)) if v == "2026-07-28"));
+    }
+
+    #[test]
+    fn params_by_position_have_no_meta() {
+        // Found by fuzzing: an array's first element was read as `_meta`, so this request was taken as one of the
+        // stateless revision, its handler given params by position.
+        let message = request(
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":[{
+                "io.modelcontextprotocol/protocolVersion":"2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities":{}}]}"#,
+        );
+        match classify(&stateless_headers("tools/list"), &message) {
+            Err(refusal) => assert_eq!(refusal.error.code, -32602, "{:?}", refusal.error),
+            Ok(spoken) => panic!("taken as {spoken:?}"),
+        }
+        assert!(matches!(
+            classify(&HeaderMap::new(), &message),
+            Ok(Spoken::Session)
+        ));
+    }
+
+    #[test]
+    fn base64_header_values_decode_and_plain_ones_do_not() {
+        assert_eq!(decode("=?base64?aMOpbGxv?=").unwrap(), "h\u{e9}llo");
+        assert_eq!(decode("hello").unwrap(), "hello");
+        assert_eq!(decode("=?base64?aMOpbGxv?").unwrap(), "=?base64?aMOpbGxv?");
+        assert!(decode("=?base64?not base64?=").is_err());
+        assert!(decode("=?base64?/w==?=").is_err(), "not UTF-8");
     }
 }

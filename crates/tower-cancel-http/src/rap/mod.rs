@@ -15,7 +15,7 @@ pub mod ids;
 mod notifier;
 mod output;
 mod runtime;
-mod server;
+pub(crate) mod server;
 mod tools;
 pub mod wire;
 

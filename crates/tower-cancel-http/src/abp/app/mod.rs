@@ -1,5 +1,6 @@
 //! The app side of ABP: a WebSocket route that serves a stack of capability calls. See [`AbpApp`].
 
+pub(crate) mod incoming;
 mod limits;
 mod outgoing;
 mod reading;

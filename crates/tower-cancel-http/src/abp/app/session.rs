@@ -41,6 +41,7 @@ use tower_cancel::{
 };
 
 use super::{
+    incoming::{self, Incoming},
     outgoing::{self, Outgoing, Queue},
     reading::{Read, Reading},
     render,
@@ -51,7 +52,7 @@ use super::{
 use crate::{
     abp::wire::{
         types, Call, Cancel, Envelope, ErrorBody, Features, Initialize, InitializeResult,
-        MAX_ID_BYTES, PROTOCOL_VERSION,
+        PROTOCOL_VERSION,
     },
     call::{self, RpcService},
     front::{Endpoint, Front, Link, OnHangUp, Quota},
@@ -238,44 +239,38 @@ impl<S: RpcService> Session<S> {
     }
 
     fn receive(&mut self, text: &str) -> ControlFlow<()> {
-        let envelope = match Envelope::from_text(text) {
-            Ok(envelope) => envelope,
-            Err(why) => {
-                self.bad(None, render::INVALID_MESSAGE, &why);
-                return ControlFlow::Continue(());
-            }
-        };
-        match envelope.kind.as_str() {
-            types::INITIALIZE => self.initialize(envelope),
-            types::CALL => self.call(envelope),
-            types::CANCEL => self.cancel(envelope),
-            types::SHUTDOWN => return ControlFlow::Break(()),
-            types::ELICITATION_RESPONSE => {
+        match incoming::read(text) {
+            Incoming::Initialize { id, payload } => self.initialize(id, payload),
+            Incoming::Call { id, payload } => self.call(id, payload),
+            Incoming::Cancel { id, payload } => self.cancel(id, payload),
+            Incoming::Shutdown => return ControlFlow::Break(()),
+            Incoming::ElicitationResponse => {
                 tracing::debug!("an elicitation response, though none was asked for: ignored");
             }
-            other => {
-                let why = format!("envelopes of type {other:?} are not taken by this app");
-                self.bad(envelope.id, render::NOT_IMPLEMENTED, &why);
+            Incoming::Other { id, kind } => {
+                let why = format!("envelopes of type {kind:?} are not taken by this app");
+                self.bad(id, render::NOT_IMPLEMENTED, &why);
             }
+            Incoming::Invalid(why) => self.bad(None, render::INVALID_MESSAGE, &why),
         }
         ControlFlow::Continue(())
     }
 
-    fn initialize(&mut self, envelope: Envelope) {
+    fn initialize(&mut self, id: Option<String>, payload: Result<Initialize, String>) {
         if matches!(self.state, State::Initialized { .. }) {
             let error = ErrorBody::new(
                 abp::ALREADY_INITIALIZED,
                 "the session is initialized already",
                 false,
             );
-            self.out.send(&render::error(envelope.id, error));
+            self.out.send(&render::error(id, error));
             return;
         }
-        let initialize: Initialize = match envelope.payload_as() {
+        let initialize = match payload {
             Ok(initialize) => initialize,
             Err(why) => {
                 let error = ErrorBody::new(abp::INVALID_PARAMS, why, false);
-                self.out.send(&render::error(envelope.id, error));
+                self.out.send(&render::error(id, error));
                 return;
             }
         };
@@ -306,45 +301,33 @@ impl<S: RpcService> Session<S> {
             link,
             progress: initialize.features.progress,
         };
-        self.out.send(&Envelope::new(
-            types::INITIALIZE_RESULT,
-            envelope.id,
-            result,
-        ));
+        self.out
+            .send(&Envelope::new(types::INITIALIZE_RESULT, id, result));
     }
 
-    fn call(&mut self, envelope: Envelope) {
+    fn call(&mut self, id: Option<String>, payload: Result<Call, String>) {
         let State::Initialized { link, progress } = &self.state else {
-            self.out.send(&render::refused_call(
-                envelope.id,
-                render::not_initialized(),
-            ));
+            self.out
+                .send(&render::refused_call(id, render::not_initialized()));
             return;
         };
-        let call: Call = match envelope.payload_as() {
+        let call = match payload {
             Ok(call) => call,
             Err(why) => {
                 let error = ErrorBody::new(abp::INVALID_PARAMS, why, false);
-                self.out.send(&render::refused_call(envelope.id, error));
+                self.out.send(&render::refused_call(id, error));
                 return;
             }
         };
-        let call_id = match call.call_id() {
-            Some(id) if !id.is_empty() && id.len() <= MAX_ID_BYTES => id.to_owned(),
-            Some(_) => {
-                let why = format!("a callId is 1 to {MAX_ID_BYTES} bytes");
-                let error = ErrorBody::new(abp::INVALID_PARAMS, why, false);
-                self.out.send(&render::refused_call(envelope.id, error));
-                return;
-            }
-            // The agent's library MUST make one; a call without is still run, though nothing can cancel it.
-            None => uuid::Uuid::new_v4().to_string(),
-        };
+        // The agent's library MUST make one; a call without is still run, though nothing can cancel it.
+        let call_id = call
+            .call_id()
+            .map_or_else(|| uuid::Uuid::new_v4().to_string(), str::to_owned);
         let params = match call.params.as_ref().map(to_raw_value).transpose() {
             Ok(params) => params,
             Err(why) => {
                 let error = ErrorBody::new(abp::INVALID_PARAMS, why.to_string(), false);
-                self.out.send(&render::refused_call(envelope.id, error));
+                self.out.send(&render::refused_call(id, error));
                 return;
             }
         };
@@ -367,7 +350,7 @@ impl<S: RpcService> Session<S> {
             Ok(mut room) => room.next().expect("room for one call"),
             Err(busy) => {
                 let error = ErrorBody::new(render::RATE_LIMITED, busy.to_string(), true);
-                self.out.send(&render::refused_call(envelope.id, error));
+                self.out.send(&render::refused_call(id, error));
                 return;
             }
         };
@@ -382,7 +365,6 @@ impl<S: RpcService> Session<S> {
         let reply = call::start(self.app.service.clone(), request);
         let out = self.out.clone();
         let guards = (admitted, self.alive.clone());
-        let id = envelope.id;
         tokio::spawn(async move {
             let _guards = guards;
             if let Some(reply) = reply.await {
@@ -392,18 +374,14 @@ impl<S: RpcService> Session<S> {
         });
     }
 
-    fn cancel(&mut self, envelope: Envelope) {
-        let cancel = match envelope.payload_as::<Cancel>() {
-            Ok(cancel) if cancel.call_id.len() <= MAX_ID_BYTES => cancel,
-            Ok(_) | Err(_) => {
-                let why = "a cancel's payload is {callId, reason?}, its callId at most 256 bytes";
-                self.bad(envelope.id, abp::INVALID_PARAMS, why);
-                return;
-            }
+    fn cancel(&mut self, id: Option<String>, payload: Option<Cancel>) {
+        let Some(cancel) = payload else {
+            let why = "a cancel's payload is {callId, reason?}, its callId at most 256 bytes";
+            self.bad(id, abp::INVALID_PARAMS, why);
+            return;
         };
         let State::Initialized { link, .. } = &self.state else {
-            let refused =
-                render::refused_cancel(envelope.id, cancel.call_id, render::not_initialized());
+            let refused = render::refused_cancel(id, cancel.call_id, render::not_initialized());
             self.out.send(&refused);
             return;
         };
@@ -418,7 +396,7 @@ impl<S: RpcService> Session<S> {
             .acknowledge_cancel(&notice.id, CancelReason::peer(notice.reason.clone()));
         let payload = Abp.acknowledge(&notice, ack);
         queue.send(Outgoing::Text(
-            Envelope::new(types::CANCEL_RESULT, envelope.id, payload).to_text(),
+            Envelope::new(types::CANCEL_RESULT, id, payload).to_text(),
         ));
         drop(queue);
         self.app

@@ -29,10 +29,10 @@ use crate::{
 };
 
 /// The longest explanation of a refusal (its body, its log line).
-const MAX_DETAIL_BYTES: usize = 256;
+pub(crate) const MAX_DETAIL_BYTES: usize = 256;
 
 /// The longest `call_id` echoed back (a provider's id; it is only echoed, never looked up).
-const MAX_CALL_ID_BYTES: usize = 1024;
+pub(crate) const MAX_CALL_ID_BYTES: usize = 1024;
 
 pub(super) async fn invoke<S: RpcService>(
     State(server): State<ToolServer<S>>,
@@ -54,43 +54,10 @@ pub(super) async fn invoke<S: RpcService>(
     };
     // An invocation that cannot be read has nowhere to send an error result: it is refused (the runtime records a
     // refusal as the call's error result). Everything after this point is answered 200 and by a result.
-    let invocation = if body::is_object(&bytes) {
-        serde_json::from_slice::<Invocation>(&bytes)
-    } else {
-        Err(serde::de::Error::custom("not a JSON object"))
-    };
-    let invocation = match invocation {
+    let invocation = match read_invocation(&bytes) {
         Ok(invocation) => invocation,
-        Err(error) => {
-            // serde's message may quote the offending value whole (megabytes): it is cut.
-            let mut detail = format!("the invocation could not be read: {error}");
-            if detail.len() > MAX_DETAIL_BYTES {
-                let cut = (0..=MAX_DETAIL_BYTES)
-                    .rev()
-                    .find(|&at| detail.is_char_boundary(at))
-                    .unwrap_or(0);
-                detail.truncate(cut);
-                detail.push_str("...");
-            }
-            return refuse(StatusCode::BAD_REQUEST, detail);
-        }
+        Err(detail) => return refuse(StatusCode::BAD_REQUEST, detail),
     };
-    if let Err(invalid) = ids::validate(&invocation.group_id) {
-        return refuse(StatusCode::BAD_REQUEST, format!("group_id: {invalid}"));
-    }
-    if let Err(invalid) = ids::validate(&invocation.id) {
-        return refuse(StatusCode::BAD_REQUEST, format!("id: {invalid}"));
-    }
-    if invocation
-        .call_id
-        .as_ref()
-        .is_some_and(|call_id| call_id.len() > MAX_CALL_ID_BYTES)
-    {
-        return refuse(StatusCode::BAD_REQUEST, "call_id: too long".into());
-    }
-    if let Err(invalid) = check_callback_url(&invocation.callback_url) {
-        return refuse(StatusCode::BAD_REQUEST, format!("callback_url: {invalid}"));
-    }
     if config.refuse_private_callbacks {
         if let Err(internal) = callback_url::check_public(&invocation.callback_url) {
             return refuse(StatusCode::BAD_REQUEST, format!("callback_url: {internal}"));
@@ -164,6 +131,50 @@ pub(super) async fn invoke<S: RpcService>(
     let hold = CallHold::new(thread, id, admitted);
     tokio::spawn(run(server.clone(), invocation, parts, hold, stop));
     StatusCode::OK.into_response()
+}
+
+/// An invocation's body, read and checked: a JSON object of the invocation's shape, its ids valid, its `call_id`
+/// at most [`MAX_CALL_ID_BYTES`], its `callback_url` an http(s) URL with a host. The error is the refusal's
+/// detail, at most [`MAX_DETAIL_BYTES`] and an ellipsis.
+pub(crate) fn read_invocation(bytes: &[u8]) -> Result<Invocation, String> {
+    let invocation = if body::is_object(bytes) {
+        serde_json::from_slice::<Invocation>(bytes)
+    } else {
+        Err(serde::de::Error::custom("not a JSON object"))
+    };
+    let invocation = match invocation {
+        Ok(invocation) => invocation,
+        Err(error) => {
+            // serde's message may quote the offending value whole (megabytes): it is cut.
+            let mut detail = format!("the invocation could not be read: {error}");
+            if detail.len() > MAX_DETAIL_BYTES {
+                let cut = (0..=MAX_DETAIL_BYTES)
+                    .rev()
+                    .find(|&at| detail.is_char_boundary(at))
+                    .unwrap_or(0);
+                detail.truncate(cut);
+                detail.push_str("...");
+            }
+            return Err(detail);
+        }
+    };
+    if let Err(invalid) = ids::validate(&invocation.group_id) {
+        return Err(format!("group_id: {invalid}"));
+    }
+    if let Err(invalid) = ids::validate(&invocation.id) {
+        return Err(format!("id: {invalid}"));
+    }
+    if invocation
+        .call_id
+        .as_ref()
+        .is_some_and(|call_id| call_id.len() > MAX_CALL_ID_BYTES)
+    {
+        return Err("call_id: too long".into());
+    }
+    if let Err(invalid) = check_callback_url(&invocation.callback_url) {
+        return Err(format!("callback_url: {invalid}"));
+    }
+    Ok(invocation)
 }
 
 /// The call, on a task of its own: the handler through the stack, then the result's delivery.

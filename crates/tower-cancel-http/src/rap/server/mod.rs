@@ -6,8 +6,8 @@ mod client_key;
 mod client_limits;
 mod deliver;
 mod internal_addresses;
-mod invoke;
-mod notices;
+pub(crate) mod invoke;
+pub(crate) mod notices;
 mod public_resolver;
 mod threads;
 

@@ -167,7 +167,7 @@ fn over_quota<S>(
 }
 
 /// A notice's body: the ids it carries are checked before anything is looked up with them.
-trait Notice: DeserializeOwned {
+pub(crate) trait Notice: DeserializeOwned {
     /// Each id with its field's name.
     fn ids(&self) -> impl Iterator<Item = (&'static str, &str)>;
 }
@@ -188,8 +188,8 @@ impl Notice for CloseThread {
     }
 }
 
-/// The notice's body, or `None` (logged) if it is not a JSON object of that shape within [`MAX_NOTICE_BYTES`]
-/// whose ids are valid.
+/// The request's notice, or `None` (logged) if its body is not JSON, is over [`MAX_NOTICE_BYTES`], does not
+/// arrive within `timeout`, or is not a notice ([`parse`]).
 async fn read<T: Notice>(
     request: http::Request<Body>,
     endpoint: &'static str,
@@ -211,12 +211,17 @@ async fn read<T: Notice>(
             return None;
         }
     };
+    parse(&bytes, endpoint)
+}
+
+/// A notice read from its body, or `None` (logged) if it is not a JSON object of that shape whose ids are valid.
+pub(crate) fn parse<T: Notice>(bytes: &[u8], endpoint: &'static str) -> Option<T> {
     // Else `["t1", "c1"]` would cancel call c1 of thread t1 (see `body::is_object`).
-    if !body::is_object(&bytes) {
+    if !body::is_object(bytes) {
         tracing::warn!(endpoint, "a notice that is not a JSON object: ignored");
         return None;
     }
-    let notice: T = match serde_json::from_slice(&bytes) {
+    let notice: T = match serde_json::from_slice(bytes) {
         Ok(notice) => notice,
         Err(error) => {
             tracing::warn!(endpoint, %error, "a notice that could not be read: ignored");
