@@ -37,19 +37,25 @@ impl Origins {
     }
 }
 
+/// An origin is `scheme://host[:port]` and nothing else (RFC 6454): anything after the host but a port (a
+/// `@`, a path) makes it no loopback origin, so that `http://localhost:80@evil.example` is not taken for one.
 fn is_loopback(origin: &str) -> bool {
     let Some((_scheme, rest)) = origin.split_once("://") else {
         return false;
     };
-    let host = if let Some(v6) = rest.strip_prefix('[') {
+    let (host, after) = if let Some(v6) = rest.strip_prefix('[') {
         match v6.split_once(']') {
-            Some((host, _)) => return host == "::1",
+            Some(split) => split,
             None => return false,
         }
     } else {
-        rest.split(':').next().unwrap_or_default()
+        rest.split_at(rest.find(':').unwrap_or(rest.len()))
     };
-    matches!(host, "localhost" | "127.0.0.1")
+    let port_only = after.is_empty()
+        || after.strip_prefix(':').is_some_and(|port| {
+            (1..=5).contains(&port.len()) && port.bytes().all(|b| b.is_ascii_digit())
+        });
+    port_only && matches!(host, "localhost" | "127.0.0.1" | "::1")
 }
 
 #[cfg(test)]
@@ -78,6 +84,11 @@ mod tests {
             "http://evil.example",
             "http://localhost.evil.example",
             "http://127.0.0.1.nip.io",
+            "http://localhost:80@evil.example",
+            "http://localhost@evil.example",
+            "http://[::1]@evil.example",
+            "http://127.0.0.1:80/evil",
+            "http://localhost:",
             "null",
             "http://[::2]",
         ] {
