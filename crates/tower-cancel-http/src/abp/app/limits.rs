@@ -11,10 +11,16 @@ pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 1024 * 1024;
 /// (retryable) without running.
 pub const DEFAULT_MAX_CALLS_PER_SESSION: usize = 1024;
 
+/// How many bytes of answers (envelopes, pongs) may wait for an agent that does not read, by default, before its
+/// session stops reading from it; as much again of progress reports, past which they are dropped. Lower than the
+/// stream driver's 8 MiB per connection: an app has many sessions, and one envelope is at most a message's size.
+pub const DEFAULT_MAX_QUEUED_BYTES: usize = 1024 * 1024;
+
 /// How many WebSocket sessions an app keeps open at once by default; an upgrade past it is refused 503 with
 /// `Retry-After`. A session holds at most a message being read ([`DEFAULT_MAX_MESSAGE_BYTES`]) and its outgoing
-/// queue ([`DEFAULT_MAX_QUEUED_BYTES`](tower_cancel::outbox::DEFAULT_MAX_QUEUED_BYTES) of replies, as much again
-/// of progress reports): this many sessions bound what hostile agents can make the app hold.
+/// queue ([`DEFAULT_MAX_QUEUED_BYTES`] of replies, as much again of progress reports), about 3 MiB: this many
+/// sessions bound what hostile agents can make the app hold to about 3 GiB, and each is closed after the
+/// [`DEFAULT_STALL_TIMEOUT`] if it does not read.
 pub const DEFAULT_MAX_SESSIONS: usize = 1024;
 
 /// How long a session's reading may stay stopped by default (its outgoing queue over the bound, for an agent that

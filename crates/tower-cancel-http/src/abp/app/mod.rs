@@ -28,12 +28,11 @@ use axum::{
     Router,
 };
 use tower::Layer;
-use tower_cancel::outbox::DEFAULT_MAX_QUEUED_BYTES;
 use tower_service::Service;
 
 pub use self::limits::{
-    DEFAULT_MAX_CALLS_PER_SESSION, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_SESSIONS,
-    DEFAULT_STALL_TIMEOUT,
+    DEFAULT_MAX_CALLS_PER_SESSION, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_QUEUED_BYTES,
+    DEFAULT_MAX_SESSIONS, DEFAULT_STALL_TIMEOUT,
 };
 use super::wire::{AppInfo, Capability};
 use crate::{
@@ -293,7 +292,7 @@ impl<S: RpcService> AbpApp<S> {
     }
 
     /// How many bytes of answers (envelopes, pongs) may wait for an agent that does not read before its session
-    /// stops reading from it ([`DEFAULT_MAX_QUEUED_BYTES`] by default, the stream driver's); progress reports
+    /// stops reading from it ([`DEFAULT_MAX_QUEUED_BYTES`] by default); progress reports
     /// past as much again are dropped.
     pub fn max_queued_bytes(self, bytes: usize) -> Self {
         self.configure(|_, config| config.max_queued_bytes = bytes)
