@@ -209,7 +209,7 @@ impl<S> ToolServer<S> {
     /// [`DEFAULT_NOTICES_PER_SECOND`] by default.
     ///
     /// A client is its credential (the `Authorization` header, kept hashed) and its address (axum's
-    /// `ConnectInfo<SocketAddr>`, which [`serve`](crate::serve) puts in each request, as does axum's
+    /// `ConnectInfo<SocketAddr>`, which [`serve`](crate::serve()) puts in each request, as does axum's
     /// `into_make_service_with_connect_info::<SocketAddr>()`; else clients are told apart by credential only), so one runtime flooding cannot starve another, even one
     /// using the same token from another host. Cancels and closes share one quota; status questions have one of
     /// their own, so that polling the status never uses up the quota of cancels.
