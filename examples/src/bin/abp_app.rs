@@ -13,7 +13,7 @@
 //! running now). With `--timeout-ms T` every call is stopped after T ms (`cancelled: true`, code `TIMEOUT`); a
 //! call's own `options.timeout` may ask for less. `abp_agent --url ws://ADDR/abp` drives it.
 //!
-//! Served by [`tower_cancel_http::serve`] with its default bounds against hostile clients: a request's head
+//! Served by [`tower_cancel_http::serve()`] with its default bounds against hostile clients: a request's head
 //! within 30 s, idle connections closed, at most 1024 connections open (the one idle the longest closed to make
 //! room, 503 when every one is busy; a WebSocket is never closed for it).
 

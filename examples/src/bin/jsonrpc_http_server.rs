@@ -11,7 +11,7 @@
 //! Methods, as in `lsp_server`: `demo/sleep {"ms"}` (answers `{"slept": ms}` after that long) and `demo/stats`
 //! (the sleep handlers' counters; `inFlight` counts the requests running over every POST).
 //!
-//! Served by [`tower_cancel_http::serve`] with its default bounds against hostile clients: a request's head and its body
+//! Served by [`tower_cancel_http::serve()`] with its default bounds against hostile clients: a request's head and its body
 //! within 30 s each, idle connections closed, at most 1024 connections open (the one idle the longest closed to
 //! make room, 503 when every one is busy).
 

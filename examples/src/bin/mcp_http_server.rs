@@ -12,7 +12,7 @@
 //! Tools ([`examples::mcp`], shared with `mcp_server`): `sleep {"ms"}`, `progress {"steps", "intervalMs"}` and
 //! `stats`, whose `inFlight` counts the requests running over every session and stateless POST.
 //!
-//! Served by [`tower_cancel_http::serve`] with its default bounds against hostile clients: a request's head and its body
+//! Served by [`tower_cancel_http::serve()`] with its default bounds against hostile clients: a request's head and its body
 //! within 30 s each, idle connections closed, at most 1024 connections open (the one idle the longest closed to
 //! make room, 503 when every one is busy).
 

@@ -21,7 +21,7 @@
 //! is delivered to on its public addresses only. `--allow-private-callbacks` delivers to them too, for a runtime
 //! on the same host or network (and for tests on loopback).
 //!
-//! Served by [`tower_cancel_http::serve`] with its default bounds against hostile clients: a request's head and its body
+//! Served by [`tower_cancel_http::serve()`] with its default bounds against hostile clients: a request's head and its body
 //! within 30 s each, idle connections closed, at most 1024 connections open (the one idle the longest closed to
 //! make room, 503 when every one is busy).
 
