@@ -6,24 +6,11 @@ mod support;
 
 use std::{net::SocketAddr, time::Duration};
 
-use axum::{routing::any_service, Router};
 use serde_json::{json, Value};
-use support::{eventually, mcp_handle, raw_post, read_some, serve, Probe};
+use support::{eventually, mcp_http as mcp, mount_mcp as mount, raw_post, read_some, Probe};
 use tower::{service_fn, ServiceBuilder};
 use tower_cancel::CancelStack;
-use tower_cancel_http::{mcp::Origins, McpHttp, RpcService};
-
-fn mcp(probe: &Probe) -> McpHttp<impl RpcService> {
-    let probe = probe.clone();
-    let stack = ServiceBuilder::new()
-        .layer(CancelStack::mcp())
-        .service(service_fn(move |req| mcp_handle(probe.clone(), req)));
-    McpHttp::new(stack)
-}
-
-async fn mount(mcp: McpHttp<impl RpcService>) -> SocketAddr {
-    serve(Router::new().route("/mcp", any_service(mcp))).await
-}
+use tower_cancel_http::{mcp::Origins, McpHttp};
 
 struct Reply {
     status: u16,

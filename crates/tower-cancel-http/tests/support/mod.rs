@@ -272,3 +272,19 @@ pub async fn mcp_handle(probe: Probe, req: Request) -> Result<Value, BoxError> {
         ))),
     }
 }
+
+/// An MCP endpoint over the MCP stack and [`mcp_handle`], reporting to `probe`.
+pub fn mcp_http(probe: &Probe) -> tower_cancel_http::McpHttp<impl tower_cancel_http::RpcService> {
+    let probe = probe.clone();
+    let stack = tower::ServiceBuilder::new()
+        .layer(tower_cancel::CancelStack::mcp())
+        .service(tower::service_fn(move |req| mcp_handle(probe.clone(), req)));
+    tower_cancel_http::McpHttp::new(stack)
+}
+
+/// Serve `mcp` at `/mcp` on a free loopback port.
+pub async fn mount_mcp(
+    mcp: tower_cancel_http::McpHttp<impl tower_cancel_http::RpcService>,
+) -> SocketAddr {
+    serve(Router::new().route("/mcp", axum::routing::any_service(mcp))).await
+}
