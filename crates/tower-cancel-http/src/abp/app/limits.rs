@@ -19,9 +19,11 @@ pub const DEFAULT_MAX_QUEUED_BYTES: usize = 1024 * 1024;
 /// How many WebSocket sessions an app keeps open at once by default; an upgrade past it is refused 503 with
 /// `Retry-After`. A session holds at most a message being read ([`DEFAULT_MAX_MESSAGE_BYTES`]) and its outgoing
 /// queue ([`DEFAULT_MAX_QUEUED_BYTES`] of replies, as much again of progress reports), about 3 MiB: this many
-/// sessions bound what hostile agents can make the app hold to about 3 GiB, and each is closed after the
-/// [`DEFAULT_STALL_TIMEOUT`] if it does not read.
-pub const DEFAULT_MAX_SESSIONS: usize = 1024;
+/// sessions bound what hostile agents can make the app hold to about 1.5 GiB, and each is closed after the
+/// [`DEFAULT_STALL_TIMEOUT`] if it does not read. Half of [`serve`](crate::serve())'s default connection limit: a
+/// WebSocket is never closed for being idle, so sessions alone must not fill a listener that serves other
+/// clients too.
+pub const DEFAULT_MAX_SESSIONS: usize = 512;
 
 /// How long a session's reading may stay stopped by default (its outgoing queue over the bound, for an agent that
 /// does not read), before the app closes it: the stream driver's default (`tower-cancel-io`'s
