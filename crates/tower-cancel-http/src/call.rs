@@ -44,15 +44,17 @@ where
 }
 
 /// Call `service` with `request` on a task of its own, keeping `hold` (a lease on the request's scope) until the
-/// request is over. The task's output is what [`run`] gives.
-pub(crate) fn spawn<S: RpcService, H: Send + 'static>(
+/// request is over. The task's output is what [`run`] gives, passed through `finish` there (a batch's reply is
+/// written out on its task, so that a large one is let go as soon as it is made).
+pub(crate) fn spawn<S: RpcService, H: Send + 'static, T: Send + 'static>(
     service: S,
     request: Request,
     hold: H,
-) -> JoinHandle<Option<Response>> {
+    finish: impl FnOnce(Response) -> T + Send + 'static,
+) -> JoinHandle<Option<T>> {
     tokio::spawn(async move {
         let _hold = hold;
-        run(service, request).await
+        run(service, request).await.map(finish)
     })
 }
 

@@ -242,7 +242,7 @@ impl Front {
         admitted: Admitted,
         hold: H,
     ) -> JoinHandle<Option<Response>> {
-        call::spawn(service, request, (hold, admitted))
+        call::spawn(service, request, (hold, admitted), |reply| reply)
     }
 
     /// One more request running, whatever the bound, until the permit is dropped: for what was admitted already

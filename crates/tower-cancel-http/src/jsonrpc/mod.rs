@@ -73,6 +73,7 @@ use axum::{
     routing::{any_service, Route},
     Router,
 };
+use bytes::Bytes;
 use http::{header, HeaderValue, Method, StatusCode};
 use tower::Layer;
 use tower_cancel::{bus::Replica, Incoming, Message, Outbox, Response, Scope};
@@ -377,7 +378,17 @@ async fn serve<S: RpcService>(
                     false => room.next().unwrap_or_else(|| front.counted()),
                 };
                 let hold = (lease.clone(), place);
-                let task = spawn(endpoint.service.clone(), request, hold, budget.clone());
+                let budget = budget.clone();
+                let task =
+                    call::spawn(
+                        endpoint.service.clone(),
+                        request,
+                        hold,
+                        move |reply| match budget {
+                            Some(budget) => budget.fit(reply),
+                            None => batch::write(&reply),
+                        },
+                    );
                 replies.push(Reply::Later(task));
             }
             // A reply from the client: over plain HTTP the server never sends requests, so it answers nothing.
@@ -388,57 +399,24 @@ async fn serve<S: RpcService>(
     let mut answered = Vec::with_capacity(replies.len());
     for reply in replies {
         let reply = match reply {
-            Reply::Now(reply) => Some(Written::Reply(reply)),
+            Reply::Now(reply) => Some(batch::write(&reply)),
             Reply::Later(task) => task.await.unwrap_or_default(),
         };
         answered.extend(reply);
     }
     // The link is the client's hang-up until here (see `OnHangUp`).
     drop(link);
-    if answered.is_empty() {
-        return StatusCode::NO_CONTENT.into_response();
+    match answered.pop() {
+        None => StatusCode::NO_CONTENT.into_response(),
+        Some(reply) if !batch => json_bytes(Bytes::from(String::from(Box::<str>::from(reply)))),
+        Some(last) => {
+            answered.push(last);
+            json_bytes(batch::array(&answered))
+        }
     }
-    if !batch {
-        return match answered.swap_remove(0) {
-            Written::Reply(reply) => body::json_response(StatusCode::OK, &reply),
-            Written::Out(reply) => json_bytes(bytes::Bytes::from(reply.get().to_owned())),
-        };
-    }
-    let written: Vec<_> = answered
-        .into_iter()
-        .map(|reply| match reply {
-            Written::Out(reply) => reply,
-            Written::Reply(reply) => batch::write(&reply),
-        })
-        .collect();
-    json_bytes(batch::array(&written))
 }
 
-/// A reply as the POST's task gives it: written out already (a batch's, within its budget), or as it is.
-enum Written {
-    Reply(Response),
-    Out(Box<serde_json::value::RawValue>),
-}
-
-/// Call `service` with `request` on a task of its own, keeping `hold` until it ends; a batch's reply is written out
-/// there, within the batch's `budget`, so that a large one is let go as soon as it is made.
-fn spawn<S: RpcService, H: Send + 'static>(
-    service: S,
-    request: tower_cancel::Request,
-    hold: H,
-    budget: Option<ReplyBudget>,
-) -> tokio::task::JoinHandle<Option<Written>> {
-    tokio::spawn(async move {
-        let _hold = hold;
-        let reply = call::run(service, request).await?;
-        Some(match budget {
-            Some(budget) => Written::Out(budget.fit(reply)),
-            None => Written::Reply(reply),
-        })
-    })
-}
-
-fn json_bytes(body: bytes::Bytes) -> HttpResponse {
+fn json_bytes(body: Bytes) -> HttpResponse {
     (
         StatusCode::OK,
         [(
@@ -450,7 +428,8 @@ fn json_bytes(body: bytes::Bytes) -> HttpResponse {
         .into_response()
 }
 
+/// A request's reply, written out: at once (an element that could not be read), or by its task.
 enum Reply {
     Now(Response),
-    Later(tokio::task::JoinHandle<Option<Written>>),
+    Later(tokio::task::JoinHandle<Option<Box<serde_json::value::RawValue>>>),
 }
