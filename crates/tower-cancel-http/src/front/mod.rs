@@ -228,7 +228,7 @@ impl Front {
 
     /// A place counted in [`in_flight`](Self::in_flight) without room taken in the bound: a notification's.
     pub(crate) fn counted(&self) -> Admitted {
-        Admitted::counted(self.running())
+        Admitted::counted(self.core.state().running.enter())
     }
 
     /// Call `service` with `request` on a task of its own, counted in [`in_flight`](Self::in_flight) (by its
@@ -243,12 +243,6 @@ impl Front {
         hold: H,
     ) -> JoinHandle<Option<Response>> {
         call::spawn(service, request, (hold, admitted), |reply| reply)
-    }
-
-    /// One more request running, whatever the bound, until the permit is dropped: for what was admitted already
-    /// and goes on counting (a RAP call from its acceptance to its result's delivery).
-    pub(crate) fn running(&self) -> Permit {
-        self.core.state().running.enter()
     }
 }
 

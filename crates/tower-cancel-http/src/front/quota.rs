@@ -75,8 +75,7 @@ impl Quota {
         })
     }
 
-    /// One more, whatever the bound: for what was admitted already and goes on counting (a RAP call from its
-    /// acceptance to its result's delivery).
+    /// One more, whatever the bound: for what needs no room but is counted while it runs (a notification).
     pub(crate) fn enter(&self) -> Permit {
         self.0.now.fetch_add(1, Ordering::AcqRel);
         Permit(self.0.clone())
