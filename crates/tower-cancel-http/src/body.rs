@@ -133,7 +133,7 @@ fn elements(bytes: &[u8], max: usize) -> Result<Elements<'_>, serde_json::Error>
         }
 
         fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-            let mut kept = Vec::with_capacity(self.0.min(seq.size_hint().unwrap_or(0)).min(64));
+            let mut kept = Vec::new();
             while let Some(element) = seq.next_element::<&'de RawValue>()? {
                 if kept.len() == self.0 {
                     // Past the bound: count the rest (the body must still be one whole array), keep none.
