@@ -15,8 +15,21 @@ export const BIN_DIR = path.resolve(
 
 export { sleep };
 
-/** Absolute path of an example binary; throws a readable error when it is missing. */
+/**
+ * The binary that stands for `name`: `INTEROP_SERVERS="lsp_server=lsp_server_tower_lsp,mcp_server=mcp_server_rmcp"`
+ * runs the same suites, unchanged, against another server of the same contract (run.sh does so for the adapters).
+ */
+function standIn(name) {
+  for (const pair of (process.env.INTEROP_SERVERS ?? "").split(",")) {
+    const [from, to] = pair.split("=").map((s) => s.trim());
+    if (from === name && to) return to;
+  }
+  return name;
+}
+
+/** Absolute path of an example binary (or its stand-in); throws a readable error when it is missing. */
 export function binPath(name) {
+  name = standIn(name);
   const exe = process.platform === "win32" ? `${name}.exe` : name;
   const p = path.join(BIN_DIR, exe);
   if (!existsSync(p)) {
