@@ -1,0 +1,347 @@
+//! The bridge between async-lsp's `MainLoop` and tower-cancel's connection: the main loop keeps serving what the
+//! server sends the client (its handlers' requests and notifications through their `ClientSocket`, its events),
+//! over an in-memory pipe; the bridge reads what it writes and sends it through the connection's [`Peer`], and
+//! writes the client's replies back into it.
+//!
+//! Each request the main loop writes follows the mark of the handler that made it (see [`crate::hub`]): it is
+//! sent through that handler's child peer, so it is cancelled on the wire (`$/cancelRequest`) when the handler's
+//! request is cancelled, or when the handler's future is dropped while the request still waits. A request made
+//! outside any handler's poll goes through the connection's peer as it is.
+
+use std::{
+    io,
+    pin::Pin,
+    sync::{atomic::Ordering, Arc},
+    task::{ready, Context, Poll},
+};
+
+use async_lsp::{
+    lsp_types::notification::Notification, ErrorCode, LspService, MainLoop, ResponseError,
+};
+use futures::{stream::FuturesUnordered, AsyncRead, AsyncWrite, StreamExt};
+use serde::Deserialize;
+use serde_json::{value::RawValue, Value};
+use tokio::sync::mpsc;
+use tower_cancel::{Peer, PeerCall, PeerError};
+
+use crate::{
+    hub::{Hub, Mark},
+    shim::Shim,
+};
+
+/// A request of the main loop sent to the client: the main loop's id for it, and the call.
+type Forwarded = (Value, PeerCall);
+
+/// Runs the main loop and forwards its output until the main loop ends (it ends only on an error of its own:
+/// the bridge never closes its input). Dropping this future ends both.
+pub(crate) async fn run<S>(main_loop: MainLoop<Shim<S>>, hub: Arc<Hub>, peer: Option<Peer>)
+where
+    S: LspService,
+{
+    let (replies, replies_rx) = mpsc::unbounded_channel();
+    let (calls, mut calls_rx) = mpsc::unbounded_channel();
+    let output = Output {
+        buffer: Vec::new(),
+        forward: Forward {
+            hub: hub.clone(),
+            peer,
+            current: 0,
+            calls,
+            replies: replies.clone(),
+        },
+    };
+    let input = Input {
+        replies: replies_rx,
+        chunk: Vec::new(),
+        read: 0,
+    };
+    hub.set_running(true);
+    let _running = Running(&hub);
+    let main_loop = main_loop.run_buffered(input, output);
+    tokio::pin!(main_loop);
+    let mut waiting = FuturesUnordered::new();
+    loop {
+        tokio::select! {
+            ended = &mut main_loop => {
+                tracing::warn!(?ended, "async-lsp's main loop ended: handlers can no longer reach the client");
+                return;
+            }
+            Some((id, call)) = calls_rx.recv() => {
+                waiting.push(async move { (id, call.await) });
+            }
+            Some((id, result)) = waiting.next(), if !waiting.is_empty() => {
+                let _ = replies.send(reply(&id, result));
+                hub.waiting.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+    }
+}
+
+/// Marks the bridge stopped when its future ends or is dropped: handlers stop sending marks.
+struct Running<'a>(&'a Hub);
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0.set_running(false);
+        self.0.waiting.store(0, Ordering::SeqCst);
+    }
+}
+
+/// One message the main loop writes: a request (id and method), a notification (method), or a reply (neither:
+/// never written here, as the main loop is sent no requests).
+#[derive(Deserialize)]
+struct Written {
+    #[serde(default)]
+    id: Option<Value>,
+    #[serde(default)]
+    method: Option<String>,
+    #[serde(default)]
+    params: Option<Box<RawValue>>,
+}
+
+/// What the bridge does with each message of the main loop.
+struct Forward {
+    hub: Arc<Hub>,
+    /// The connection's peer; `None` when the connection has none (then requests fail and notifications drop).
+    peer: Option<Peer>,
+    /// The handler of the last mark read, 0 for none.
+    current: u64,
+    calls: mpsc::UnboundedSender<Forwarded>,
+    replies: mpsc::UnboundedSender<Vec<u8>>,
+}
+
+impl Forward {
+    fn message(&mut self, body: &[u8]) {
+        let written = match serde_json::from_slice::<Written>(body) {
+            Ok(written) => written,
+            Err(error) => {
+                tracing::warn!(%error, "unreadable message from async-lsp's main loop, dropped");
+                return;
+            }
+        };
+        match written {
+            Written {
+                method: Some(method),
+                id: None,
+                params,
+            } if method == Mark::METHOD => {
+                let key = params.and_then(|raw| serde_json::from_str(raw.get()).ok());
+                self.current = key.unwrap_or(0);
+            }
+            Written {
+                method: Some(method),
+                id: None,
+                params,
+            } => match &self.peer {
+                Some(peer) => {
+                    let _ = peer.notify(method, params);
+                }
+                None => tracing::debug!(method, "no peer on the connection: notification dropped"),
+            },
+            Written {
+                method: Some(method),
+                id: Some(id),
+                params,
+            } => self.request(id, method, params),
+            Written { .. } => tracing::debug!("a reply from async-lsp's main loop, dropped"),
+        }
+    }
+
+    fn request(&mut self, id: Value, method: String, params: Option<Box<RawValue>>) {
+        let call = if self.current == 0 {
+            self.peer
+                .as_ref()
+                .map(|peer| peer.request(method, params))
+                .ok_or_else(|| failed("no connection to the client"))
+        } else {
+            match self.hub.handler(self.current) {
+                Some(handler) => Ok(handler
+                    .peer
+                    .request(method, params)
+                    .cancel_on(handler.done)
+                    // The handler stopped waiting: its reply slot in the main loop is freed at once.
+                    .wait_after_cancel(false)),
+                // Its handler is gone already: nobody would read the answer, so the client is not asked.
+                None => Err(cancelled()),
+            }
+        };
+        match call {
+            Ok(call) => {
+                self.hub.waiting.fetch_add(1, Ordering::SeqCst);
+                let _ = self.calls.send((id, call));
+            }
+            Err(error) => {
+                let _ = self.replies.send(encode(&id, Err(error)));
+            }
+        }
+    }
+}
+
+fn cancelled() -> ResponseError {
+    ResponseError::new(ErrorCode::REQUEST_CANCELLED, "Request cancelled")
+}
+
+fn failed(message: &str) -> ResponseError {
+    ResponseError::new(ErrorCode::INTERNAL_ERROR, message)
+}
+
+/// The main loop's reply for the outcome of a call to the client.
+fn reply(id: &Value, result: Result<Value, PeerError>) -> Vec<u8> {
+    let result = result.map_err(|error| match error {
+        // async-lsp's error codes are `i32`: a code outside it would make the main loop fail to read the reply.
+        PeerError::Rejected(error) => match i32::try_from(error.code) {
+            Ok(code) => {
+                let mut converted = ResponseError::new(ErrorCode(code), error.message);
+                converted.data = error.data;
+                converted
+            }
+            Err(_) => ResponseError::new(ErrorCode::INTERNAL_ERROR, error.message),
+        },
+        PeerError::Cancelled => cancelled(),
+        PeerError::TimedOut => {
+            ResponseError::new(ErrorCode::REQUEST_CANCELLED, "request timed out")
+        }
+        PeerError::Closed => failed("connection closed"),
+        other => failed(&other.to_string()),
+    });
+    encode(id, result)
+}
+
+/// A reply as the main loop reads it: `Content-Length` framed JSON.
+fn encode(id: &Value, result: Result<Value, ResponseError>) -> Vec<u8> {
+    let body = match result {
+        Ok(value) => serde_json::json!({ "jsonrpc": "2.0", "id": id, "result": value }),
+        Err(error) => serde_json::json!({ "jsonrpc": "2.0", "id": id, "error": error }),
+    };
+    let body = body.to_string();
+    let mut framed = format!("Content-Length: {}\r\n\r\n", body.len()).into_bytes();
+    framed.extend_from_slice(body.as_bytes());
+    framed
+}
+
+/// What the main loop writes: `Content-Length` frames, each read and forwarded as soon as it is whole. Never
+/// pending, so the main loop writes each message before it takes the next event off its channel.
+struct Output {
+    buffer: Vec<u8>,
+    forward: Forward,
+}
+
+impl Output {
+    fn forward_frames(&mut self) {
+        const END: &[u8] = b"\r\n\r\n";
+        loop {
+            let Some(head) = self.buffer.windows(END.len()).position(|w| w == END) else {
+                return;
+            };
+            let Some(length) = content_length(&self.buffer[..head]) else {
+                tracing::warn!(
+                    "a frame without Content-Length from async-lsp's main loop, dropped"
+                );
+                self.buffer.clear();
+                return;
+            };
+            let start = head + END.len();
+            let Some(end) = start
+                .checked_add(length)
+                .filter(|&end| end <= self.buffer.len())
+            else {
+                return;
+            };
+            let body = self.buffer[start..end].to_vec();
+            self.buffer.drain(..end);
+            self.forward.message(&body);
+        }
+    }
+}
+
+fn content_length(head: &[u8]) -> Option<usize> {
+    let head = std::str::from_utf8(head).ok()?;
+    head.split("\r\n").find_map(|line| {
+        let (name, value) = line.split_once(':')?;
+        name.trim()
+            .eq_ignore_ascii_case("content-length")
+            .then(|| value.trim().parse().ok())?
+    })
+}
+
+impl AsyncWrite for Output {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.buffer.extend_from_slice(buf);
+        self.forward_frames();
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_close(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// What the main loop reads: the client's replies to its requests, as [`encode`]d.
+struct Input {
+    replies: mpsc::UnboundedReceiver<Vec<u8>>,
+    chunk: Vec<u8>,
+    read: usize,
+}
+
+impl AsyncRead for Input {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut [u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = &mut *self;
+        while this.read == this.chunk.len() {
+            match ready!(this.replies.poll_recv(cx)) {
+                Some(chunk) => {
+                    this.chunk = chunk;
+                    this.read = 0;
+                }
+                None => return Poll::Ready(Ok(0)),
+            }
+        }
+        let n = buf.len().min(this.chunk.len() - this.read);
+        buf[..n].copy_from_slice(&this.chunk[this.read..this.read + n]);
+        this.read += n;
+        Poll::Ready(Ok(n))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn content_length_is_read_from_the_head() {
+        assert_eq!(content_length(b"Content-Length: 12"), Some(12));
+        assert_eq!(
+            content_length(b"content-length:3\r\nContent-Type: x"),
+            Some(3)
+        );
+        assert_eq!(content_length(b"Content-Type: x"), None);
+    }
+
+    #[test]
+    fn replies_keep_the_main_loops_id_and_fit_its_error_codes() {
+        let framed = reply(
+            &Value::from(3),
+            Err(PeerError::Rejected(tower_cancel::ErrorObject::new(
+                1 << 40,
+                "big",
+            ))),
+        );
+        let text = String::from_utf8(framed).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        assert_eq!(head, format!("Content-Length: {}", body.len()));
+        let body: Value = serde_json::from_str(body).unwrap();
+        assert_eq!(body["id"], 3);
+        assert_eq!(body["error"]["code"], -32603);
+    }
+}
