@@ -1,0 +1,130 @@
+//! Requests a handler makes to the client through its `ClientSocket`: answered, and cancelled on the wire
+//! (`$/cancelRequest` with the nested request's id) when the handler's own request is cancelled or times out.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{cancelled, settle, start};
+use serde_json::{json, Value};
+use tower_cancel::CancelStack;
+use tower_cancel_async_lsp::AdapterStats;
+
+/// The nested request the client sees, checked, and its id.
+async fn question(client: &mut common::Client) -> Value {
+    let nested = client.next().await;
+    assert_eq!(nested["method"], "test/question", "{nested}");
+    assert_eq!(nested["params"], json!({ "q": 1 }), "{nested}");
+    nested["id"].clone()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_nested_request_is_answered_through_the_connection() {
+    let mut h = start(CancelStack::lsp());
+    h.client.request(1, "test/ask", json!({ "q": 1 })).await;
+    let nested = question(&mut h.client).await;
+    assert_eq!(h.watch.stats().nested_waiting, 1);
+    h.client
+        .send(json!({ "jsonrpc": "2.0", "id": nested, "result": { "yes": true } }))
+        .await;
+    assert_eq!(
+        h.client.next().await,
+        json!({ "jsonrpc": "2.0", "id": 1, "result": { "answer": { "yes": true } } })
+    );
+    settle().await;
+    assert_eq!(h.watch.stats(), AdapterStats::default());
+    assert!(h.registry.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_error_from_the_client_reaches_the_handler() {
+    let mut h = start(CancelStack::lsp());
+    h.client.request(1, "test/ask", json!({ "q": 1 })).await;
+    let nested = question(&mut h.client).await;
+    h.client
+        .send(json!({ "jsonrpc": "2.0", "id": nested, "error": { "code": -32099, "message": "no" } }))
+        .await;
+    let reply = h.client.next().await;
+    assert_eq!(reply["id"], 1);
+    assert!(reply["result"]["failed"].as_str().unwrap().contains("no"), "{reply}");
+    settle().await;
+    assert_eq!(h.watch.stats(), AdapterStats::default());
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancelling_the_handler_cancels_its_nested_request_on_the_wire() {
+    let mut h = start(CancelStack::lsp());
+    h.client.request(1, "test/ask", json!({ "q": 1 })).await;
+    let nested = question(&mut h.client).await;
+
+    h.client.cancel(1).await;
+    let mut messages = vec![h.client.next().await, h.client.next().await];
+    messages.sort_by_key(|m| m.get("method").is_some());
+    assert_eq!(messages[0], cancelled(1));
+    assert_eq!(
+        messages[1],
+        json!({ "jsonrpc": "2.0", "method": "$/cancelRequest", "params": { "id": nested } })
+    );
+    assert_eq!(h.counters.stopped(), 1);
+    // The client's late answer to the cancelled nested request goes nowhere.
+    h.client
+        .send(json!({ "jsonrpc": "2.0", "id": nested, "error": { "code": -32800, "message": "Request cancelled" } }))
+        .await;
+    assert!(h.client.nothing_more().await);
+    assert_eq!(h.watch.stats(), AdapterStats::default());
+    assert!(h.registry.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_timed_out_handler_cancels_its_nested_request_on_the_wire() {
+    let mut h = start(CancelStack::lsp().timeout(Duration::from_secs(2)));
+    h.client.request("ask", "test/ask", json!({ "q": 1 })).await;
+    let nested = question(&mut h.client).await;
+    let mut messages = vec![h.client.next().await, h.client.next().await];
+    messages.sort_by_key(|m| m.get("method").is_some());
+    assert_eq!(messages[0], cancelled("ask"));
+    assert_eq!(messages[1]["method"], "$/cancelRequest");
+    assert_eq!(messages[1]["params"]["id"], nested);
+    settle().await;
+    assert_eq!(h.watch.stats(), AdapterStats::default());
+}
+
+#[tokio::test(start_paused = true)]
+async fn only_the_cancelled_handlers_nested_request_is_cancelled() {
+    let mut h = start(CancelStack::lsp());
+    h.client.request(1, "test/ask", json!({ "q": 1 })).await;
+    let first = question(&mut h.client).await;
+    h.client.request(2, "test/ask", json!({ "q": 1 })).await;
+    let second = question(&mut h.client).await;
+    assert_ne!(first, second);
+
+    h.client.cancel(2).await;
+    let mut messages = vec![h.client.next().await, h.client.next().await];
+    messages.sort_by_key(|m| m.get("method").is_some());
+    assert_eq!(messages[0], cancelled(2));
+    assert_eq!(messages[1]["params"]["id"], second);
+    assert!(h.client.nothing_more().await);
+
+    // The other one still waits, and gets its answer.
+    h.client
+        .send(json!({ "jsonrpc": "2.0", "id": first, "result": 42 }))
+        .await;
+    assert_eq!(
+        h.client.next().await,
+        json!({ "jsonrpc": "2.0", "id": 1, "result": { "answer": 42 } })
+    );
+    settle().await;
+    assert_eq!(h.watch.stats(), AdapterStats::default());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_close_ends_the_nested_requests_too() {
+    let mut h = start(CancelStack::lsp());
+    h.client.request(1, "test/ask", json!({ "q": 1 })).await;
+    question(&mut h.client).await;
+    h.client.close().await;
+    h.served.await.unwrap().unwrap();
+    assert_eq!(h.counters.stopped(), 1);
+    assert_eq!(h.watch.stats(), AdapterStats::default());
+    assert!(h.registry.is_empty());
+}
