@@ -9,6 +9,7 @@
 //! outside any handler's poll goes through the connection's peer as it is.
 
 use std::{
+    future::Future,
     io,
     pin::Pin,
     sync::{atomic::Ordering, Arc},
@@ -33,54 +34,64 @@ use crate::{
 type Forwarded = (Value, PeerCall);
 
 /// Runs the main loop and forwards its output until the main loop ends (it ends only on an error of its own:
-/// the bridge never closes its input). Dropping this future ends both.
-pub(crate) async fn run<S>(main_loop: MainLoop<Shim<S>>, hub: Arc<Hub>, peer: Option<Peer>)
+/// the bridge never closes its input). Dropping the future ends both.
+///
+/// The handlers' marks start at once, not when the future is first polled: a handler polled before that (the
+/// connection's first request) has its requests read after its marks all the same.
+pub(crate) fn run<S>(
+    main_loop: MainLoop<Shim<S>>,
+    hub: Arc<Hub>,
+    peer: Option<Peer>,
+) -> impl Future<Output = ()>
 where
     S: LspService,
 {
-    let (replies, replies_rx) = mpsc::unbounded_channel();
-    let (calls, mut calls_rx) = mpsc::unbounded_channel();
-    let output = Output {
-        buffer: Vec::new(),
-        forward: Forward {
-            hub: hub.clone(),
-            peer,
-            current: 0,
-            calls,
-            replies: replies.clone(),
-        },
-    };
-    let input = Input {
-        replies: replies_rx,
-        chunk: Vec::new(),
-        read: 0,
-    };
     hub.set_running(true);
-    let _running = Running(&hub);
-    let main_loop = main_loop.run_buffered(input, output);
-    tokio::pin!(main_loop);
-    let mut waiting = FuturesUnordered::new();
-    loop {
-        tokio::select! {
-            ended = &mut main_loop => {
-                tracing::warn!(?ended, "async-lsp's main loop ended: handlers can no longer reach the client");
-                return;
-            }
-            Some((id, call)) = calls_rx.recv() => {
-                waiting.push(async move { (id, call.await) });
-            }
-            Some((id, result)) = waiting.next(), if !waiting.is_empty() => {
-                let _ = replies.send(reply(&id, result));
-                hub.waiting.fetch_sub(1, Ordering::SeqCst);
+    let running = Running(hub.clone());
+    async move {
+        let _running = running;
+        let (replies, replies_rx) = mpsc::unbounded_channel();
+        let (calls, mut calls_rx) = mpsc::unbounded_channel();
+        let output = Output {
+            buffer: Vec::new(),
+            forward: Forward {
+                hub: hub.clone(),
+                peer,
+                current: 0,
+                calls,
+                replies: replies.clone(),
+            },
+        };
+        let input = Input {
+            replies: replies_rx,
+            chunk: Vec::new(),
+            read: 0,
+        };
+        let main_loop = main_loop.run_buffered(input, output);
+        tokio::pin!(main_loop);
+        let mut waiting = FuturesUnordered::new();
+        loop {
+            tokio::select! {
+                ended = &mut main_loop => {
+                    tracing::warn!(?ended, "async-lsp's main loop ended: handlers can no longer reach the client");
+                    return;
+                }
+                Some((id, call)) = calls_rx.recv() => {
+                    waiting.push(async move { (id, call.await) });
+                }
+                Some((id, result)) = waiting.next(), if !waiting.is_empty() => {
+                    let _ = replies.send(reply(&id, result));
+                    hub.waiting.fetch_sub(1, Ordering::SeqCst);
+                }
             }
         }
     }
 }
 
 /// Marks the bridge stopped when its future ends or is dropped: handlers stop sending marks.
-struct Running<'a>(&'a Hub);
+struct Running(Arc<Hub>);
 
-impl Drop for Running<'_> {
+impl Drop for Running {
     fn drop(&mut self) {
         self.0.set_running(false);
         self.0.waiting.store(0, Ordering::SeqCst);

@@ -80,7 +80,9 @@ mod service;
 mod shim;
 
 use std::{
-    fmt, io,
+    fmt,
+    future::Future,
+    io,
     sync::{atomic::Ordering, Arc},
 };
 
@@ -159,9 +161,10 @@ where
 
     /// Runs the async-lsp main loop for what the server sends the client, through `peer` (the connection's: see
     /// [`Server::peer`]), until the future is dropped. [`AsyncLsp::serve`] runs it beside the connection; this is
-    /// for a server that drives its connection itself.
-    pub async fn run(self, peer: Option<Peer>) {
-        bridge::run(self.main_loop, self.service.hub, peer).await;
+    /// for a server that drives its connection itself. Call it before the connection's first request is polled:
+    /// the marks that tie nested requests to their handlers start when it is called.
+    pub fn run(self, peer: Option<Peer>) -> impl Future<Output = ()> {
+        bridge::run(self.main_loop, self.service.hub, peer)
     }
 
     /// Serves one connection with `server` (built around [`AsyncLsp::service`], wrapped in

@@ -42,11 +42,16 @@ async fn an_error_from_the_client_reaches_the_handler() {
     h.client.request(1, "test/ask", json!({ "q": 1 })).await;
     let nested = question(&mut h.client).await;
     h.client
-        .send(json!({ "jsonrpc": "2.0", "id": nested, "error": { "code": -32099, "message": "no" } }))
+        .send(
+            json!({ "jsonrpc": "2.0", "id": nested, "error": { "code": -32099, "message": "no" } }),
+        )
         .await;
     let reply = h.client.next().await;
     assert_eq!(reply["id"], 1);
-    assert!(reply["result"]["failed"].as_str().unwrap().contains("no"), "{reply}");
+    assert!(
+        reply["result"]["failed"].as_str().unwrap().contains("no"),
+        "{reply}"
+    );
     settle().await;
     assert_eq!(h.watch.stats(), AdapterStats::default());
 }
@@ -127,4 +132,45 @@ async fn a_close_ends_the_nested_requests_too() {
     assert_eq!(h.counters.stopped(), 1);
     assert_eq!(h.watch.stats(), AdapterStats::default());
     assert!(h.registry.is_empty());
+}
+
+/// The connection's first handler may be polled before the main loop's future is: its nested request is still
+/// tied to it (a fault random schedules found: the marks only began at the bridge's first poll).
+#[tokio::test(start_paused = true)]
+async fn a_handler_polled_before_the_bridge_still_has_its_nested_request_cancelled() {
+    use std::sync::Arc;
+
+    use tower_cancel_async_lsp::AsyncLsp;
+    use tower_cancel_io::{Framing, Server};
+
+    let counters = Arc::new(common::Counters::default());
+    let lsp = AsyncLsp::new_server({
+        let counters = counters.clone();
+        |client| common::router(client, counters)
+    });
+    let watch = lsp.watch();
+    let server = Server::with_stack(CancelStack::lsp(), lsp.service());
+    let bridge = lsp.run(server.peer());
+    let (client_io, server_io) = tokio::io::duplex(1 << 16);
+    let mut client = common::Client::new(client_io);
+    client.request(1, "test/ask", json!({ "q": 1 })).await;
+    let (read, write) = tokio::io::split(server_io);
+    // `biased` polls the connection first: it reads the request and polls its handler before the bridge runs.
+    let served = tokio::spawn(async move {
+        let serving = server.serve(read, write, Framing::ContentLength);
+        tokio::select! {
+            biased;
+            served = serving => served,
+            () = bridge => unreachable!("the main loop runs until dropped"),
+        }
+    });
+    let nested = question(&mut client).await;
+    client.cancel(1).await;
+    let mut messages = vec![client.next().await, client.next().await];
+    messages.sort_by_key(|m| m.get("method").is_some());
+    assert_eq!(messages[0], cancelled(1));
+    assert_eq!(messages[1]["params"]["id"], nested);
+    client.close().await;
+    served.await.unwrap().unwrap();
+    assert_eq!(watch.stats(), AdapterStats::default());
 }

@@ -166,7 +166,7 @@ pub struct Client {
 }
 
 impl Client {
-    fn new(io: tokio::io::DuplexStream) -> Self {
+    pub fn new(io: tokio::io::DuplexStream) -> Self {
         let (read, writer) = tokio::io::split(io);
         let (tx, received) = mpsc::unbounded_channel();
         tokio::spawn(async move {
