@@ -45,7 +45,7 @@ use crate::{
 };
 
 /// The `bench/work` request, typed as the router wants it.
-enum BenchWork {}
+pub(super) enum BenchWork {}
 
 impl Request for BenchWork {
     type Params = BenchWorkParams;
@@ -55,7 +55,7 @@ impl Request for BenchWork {
 
 /// [`WorkParams`] again, since a [`Request`] needs its params to be `Serialize` as well.
 #[derive(Serialize, Deserialize)]
-struct BenchWorkParams {
+pub(super) struct BenchWorkParams {
     ms: u64,
     #[serde(default)]
     tag: u64,

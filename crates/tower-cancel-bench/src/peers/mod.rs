@@ -1,6 +1,7 @@
 //! The peers compared with, each serving the workload of [`crate::target`] with its own cancellation.
 
 pub mod async_lsp;
+pub mod async_lsp_adapted;
 pub mod baseline;
 #[cfg(test)]
 mod lsp_check;
@@ -38,6 +39,13 @@ pub const ASYNC_LSP_DEFAULTS: Target = Target {
     serve: async_lsp::serve_defaults,
 };
 
+/// async-lsp's router behind tower-cancel (`tower-cancel-async-lsp`): its concurrency layer replaced by the stack.
+pub const ASYNC_LSP_ADAPTED: Target = Target {
+    name: "async-lsp 0.2 + tower-cancel",
+    protocol: Protocol::Lsp,
+    serve: async_lsp_adapted::serve,
+};
+
 /// The hand-written baseline: what a user without this library writes (a map of tokens, `tokio::select!`).
 pub const BASELINE: Target = Target {
     name: "hand-written (map of tokens, select!)",
@@ -58,6 +66,7 @@ pub const ALL: &[Target] = &[
     TOWER_LSP_DEFAULTS,
     ASYNC_LSP,
     ASYNC_LSP_DEFAULTS,
+    ASYNC_LSP_ADAPTED,
     BASELINE,
     RMCP,
 ];
