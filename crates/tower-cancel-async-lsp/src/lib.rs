@@ -1,20 +1,32 @@
 //! [async-lsp](https://docs.rs/async-lsp/0.2) 0.2 servers on tower-cancel: keep your `Router`, serve it with
 //! tower-cancel's driver and cancel stack.
 //!
-//! ```text
-//! // Before: async-lsp's main loop, its ConcurrencyLayer cancelling requests.
-//! let (server, _) = MainLoop::new_server(|client| {
-//!     ServiceBuilder::new().layer(LifecycleLayer::default())
-//!         .layer(ConcurrencyLayer::default()).service(router(client))
-//! });
-//! server.run_buffered(stdin, stdout).await?;
+//! Before, async-lsp's main loop, its `ConcurrencyLayer` cancelling requests:
 //!
-//! // After: the same router (and layers, but ConcurrencyLayer), behind CancelStack::lsp() and Server.
+//! ```text
+//! let (server, _) = MainLoop::new_server(|client| ServiceBuilder::new()
+//!     .layer(LifecycleLayer::default()).layer(ConcurrencyLayer::default()).service(router(client)));
+//! server.run_buffered(stdin, stdout).await?;
+//! ```
+//!
+//! After, the same router and layers but `ConcurrencyLayer`, behind tower-cancel's stack and driver:
+//!
+//! ```no_run
+//! # use std::time::Duration;
+//! # use async_lsp::{router::Router, server::LifecycleLayer, ClientSocket};
+//! # use tower::ServiceBuilder;
+//! # use tower_cancel::CancelStack;
+//! # use tower_cancel_async_lsp::AsyncLsp;
+//! # use tower_cancel_io::Server;
+//! # fn router(_client: ClientSocket) -> Router<()> { Router::new(()) }
+//! # async fn run() -> std::io::Result<()> {
 //! let lsp = AsyncLsp::new_server(|client| {
 //!     ServiceBuilder::new().layer(LifecycleLayer::default()).service(router(client))
 //! });
-//! let server = Server::with_stack(CancelStack::lsp().timeout(Duration::from_secs(30)), lsp.service());
-//! lsp.serve_stdio(server).await?;
+//! let stack = CancelStack::lsp().timeout(Duration::from_secs(30));
+//! let server = Server::with_stack(stack, lsp.service());
+//! lsp.serve_stdio(server).await
+//! # }
 //! ```
 //!
 //! What the server gains is tower-cancel's: exactly one reply to each request under every race of its end, its
@@ -22,18 +34,17 @@
 //! `{"code":-32800,"message":"Request cancelled"}`); early cancels remembered, within bounds; cancels read even
 //! while the server waits for a client that stopped reading its replies; server-side timeouts; graceful shutdown;
 //! metrics and spans. async-lsp's `ConcurrencyLayer` goes: the stack consumes `$/cancelRequest` before it could
-//! see one, and its single waker can lose wake-ups. Keep a limit with tower's `ConcurrencyLimit` if you want one.
+//! see one, and its single waker can lose wake-ups.
 //!
 //! # How it works
 //!
 //! - [`AsyncLsp::new_server`] builds your service as async-lsp's [`MainLoop::new_server`] does, giving it a
 //!   [`ClientSocket`]. [`AsyncLsp::service`] is an [`LspAdapter`], the `tower::Service<Request>` the stack wraps:
-//!   the client's requests and notifications reach your service through it, from tower-cancel's
-//!   [`Server`](tower_cancel_io::Server).
+//!   the client's requests and notifications reach your service through it, from tower-cancel's [`Server`].
 //! - async-lsp's main loop still runs, inside [`AsyncLsp::serve`], for what the server sends the client: its
 //!   handlers' requests and notifications through their `ClientSocket`, and its events (`ClientSocket::emit`,
 //!   handed to your service in order). It writes to an in-memory pipe; the bridge sends each message through the
-//!   connection's [`Peer`](tower_cancel::Peer) and writes the client's replies back.
+//!   connection's [`Peer`] and writes the client's replies back.
 //! - Calls keep async-lsp's order: your service is called for each request and notification in the order they
 //!   arrive (notification handlers get `&mut` state; a request handler sees the state of that moment), and the
 //!   requests' futures then run concurrently. This needs the driver's default of polling requests on the
@@ -43,12 +54,16 @@
 //! # Nested requests
 //!
 //! A request a handler makes to the client (`ClientSocket::request`) is cancelled on the wire, with
-//! `$/cancelRequest`, when the handler's own request is cancelled (by the client, a timeout, the connection's
-//! close, a shutdown), and when the handler's future is dropped while the request still waits. A request carries
-//! nothing that says which handler made it, so the adapter marks each poll of a handler on the main loop's
-//! channel (see the `hub` module): one connection's handlers are then polled one at a time (as async-lsp's main
-//! loop itself polls them all on one task), and each poll puts two small messages on that channel. What cannot
-//! be done:
+//! `$/cancelRequest`, when the handler's own request is cancelled (by the client, a timeout, a shutdown), and when
+//! the handler's future is dropped while the request still waits; the handler's `request` then returns error
+//! -32800. When the connection closes, it fails with the connection, and nothing more is sent.
+//!
+//! A request carries nothing that says which handler made it: the socket puts it on the main loop's channel, and
+//! the main loop gives it an id of its own. So while a handler's future is polled (the only time it can make
+//! one), the adapter puts a mark of the handler on that same channel before the poll and a blank one after; the
+//! channel keeps its order, and the bridge reads each request after its handler's mark. The price: one
+//! connection's handlers are polled one at a time (as async-lsp's main loop itself polls them all on one task),
+//! and each poll sends two small messages through the main loop. What cannot be done:
 //!
 //! - A handler that drops a `ClientSocket::request` future and goes on: the request keeps waiting for the
 //!   client's answer until the handler ends. async-lsp keeps the request's slot in its main loop, out of reach,

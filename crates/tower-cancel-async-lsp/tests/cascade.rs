@@ -63,8 +63,7 @@ async fn cancelling_the_handler_cancels_its_nested_request_on_the_wire() {
     let nested = question(&mut h.client).await;
 
     h.client.cancel(1).await;
-    let mut messages = vec![h.client.next().await, h.client.next().await];
-    messages.sort_by_key(|m| m.get("method").is_some());
+    let messages = h.client.reply_and_cancel().await;
     assert_eq!(messages[0], cancelled(1));
     assert_eq!(
         messages[1],
@@ -85,8 +84,7 @@ async fn a_timed_out_handler_cancels_its_nested_request_on_the_wire() {
     let mut h = start(CancelStack::lsp().timeout(Duration::from_secs(2)));
     h.client.request("ask", "test/ask", json!({ "q": 1 })).await;
     let nested = question(&mut h.client).await;
-    let mut messages = vec![h.client.next().await, h.client.next().await];
-    messages.sort_by_key(|m| m.get("method").is_some());
+    let messages = h.client.reply_and_cancel().await;
     assert_eq!(messages[0], cancelled("ask"));
     assert_eq!(messages[1]["method"], "$/cancelRequest");
     assert_eq!(messages[1]["params"]["id"], nested);
@@ -104,8 +102,7 @@ async fn only_the_cancelled_handlers_nested_request_is_cancelled() {
     assert_ne!(first, second);
 
     h.client.cancel(2).await;
-    let mut messages = vec![h.client.next().await, h.client.next().await];
-    messages.sort_by_key(|m| m.get("method").is_some());
+    let messages = h.client.reply_and_cancel().await;
     assert_eq!(messages[0], cancelled(2));
     assert_eq!(messages[1]["params"]["id"], second);
     assert!(h.client.nothing_more().await);
@@ -166,8 +163,7 @@ async fn a_handler_polled_before_the_bridge_still_has_its_nested_request_cancell
     });
     let nested = question(&mut client).await;
     client.cancel(1).await;
-    let mut messages = vec![client.next().await, client.next().await];
-    messages.sort_by_key(|m| m.get("method").is_some());
+    let messages = client.reply_and_cancel().await;
     assert_eq!(messages[0], cancelled(1));
     assert_eq!(messages[1]["params"]["id"], nested);
     client.close().await;

@@ -232,6 +232,14 @@ impl Client {
             .expect("the connection open")
     }
 
+    /// The next two messages, which must be a reply and a `$/cancelRequest` (in either order): reply first.
+    pub async fn reply_and_cancel(&mut self) -> [Value; 2] {
+        let mut messages = [self.next().await, self.next().await];
+        messages.sort_by_key(|m| m.get("method").is_some());
+        assert_eq!(messages[1]["method"], "$/cancelRequest", "{messages:?}");
+        messages
+    }
+
     /// Whether the server wrote nothing more (after letting everything runnable run).
     pub async fn nothing_more(&mut self) -> bool {
         settle().await;
