@@ -22,7 +22,10 @@ use tokio::{
 use tower_cancel::{CancelStack, Registry};
 use tower_cancel_async_lsp::{
     async_lsp::{
-        lsp_types::{notification::Initialized, request::Request},
+        lsp_types::{
+            notification::{Exit, Initialized, Notification},
+            request::Request,
+        },
         router::Router,
         ClientSocket, ResponseError,
     },
@@ -97,9 +100,39 @@ impl Request for Question {
     const METHOD: &'static str = "test/question";
 }
 
-pub fn router(client: ClientSocket, counters: Arc<Counters>) -> Router<()> {
-    let mut router = Router::new(());
+/// `test/append {"v"}` (notification): appends `v` to the router's state.
+pub enum Append {}
+
+impl Notification for Append {
+    type Params = Value;
+    const METHOD: &'static str = "test/append";
+}
+
+/// `test/read`: the router's state when the request was called.
+pub enum Read {}
+
+impl Request for Read {
+    type Params = Value;
+    type Result = Value;
+    const METHOD: &'static str = "test/read";
+}
+
+/// `test/emit {"v"}`: emits the event `Bump(v)` through the handler's `ClientSocket`, answers `null`.
+pub enum Emit {}
+
+impl Request for Emit {
+    type Params = Value;
+    type Result = Value;
+    const METHOD: &'static str = "test/emit";
+}
+
+/// The event `test/emit` emits; its handler appends it to the state.
+pub struct Bump(pub Value);
+
+pub fn router(client: ClientSocket, counters: Arc<Counters>) -> Router<Vec<Value>> {
+    let mut router = Router::new(Vec::new());
     let sleeps = counters.clone();
+    let emitter = client.clone();
     router
         .request::<Sleep, _>(move |_, Ms { ms }| {
             let counters = sleeps.clone();
@@ -125,7 +158,24 @@ pub fn router(client: ClientSocket, counters: Arc<Counters>) -> Router<()> {
                 Ok(answer)
             }
         })
-        .notification::<Initialized>(|_, _| ControlFlow::Continue(()));
+        .notification::<Initialized>(|_, _| ControlFlow::Continue(()))
+        .notification::<Exit>(|_, ()| ControlFlow::Break(Ok(())))
+        .notification::<Append>(|state, params| {
+            state.push(params["v"].clone());
+            ControlFlow::Continue(())
+        })
+        .request::<Read, _>(|state, _| {
+            let seen = Value::from(state.clone());
+            async move { Ok(seen) }
+        })
+        .request::<Emit, _>(move |_, params| {
+            let emitted = emitter.emit(Bump(params["v"].clone())).is_ok();
+            async move { Ok(Value::from(emitted)) }
+        })
+        .event::<Bump>(|state, Bump(v)| {
+            state.push(v);
+            ControlFlow::Continue(())
+        });
     router
 }
 
