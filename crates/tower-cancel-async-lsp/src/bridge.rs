@@ -176,10 +176,9 @@ impl Forward {
                 .ok_or_else(|| failed("no connection to the client"))
         } else {
             match self.hub.handler(self.current) {
-                Some(handler) => Ok(handler
-                    .peer
+                Some((peer, done)) => Ok(peer
                     .request(method, params)
-                    .cancel_on(handler.done)
+                    .cancel_on(done)
                     // The handler stopped waiting: its reply slot in the main loop is freed at once.
                     .wait_after_cancel(false)),
                 // Its handler is gone already: nobody would read the answer, so the client is not asked.

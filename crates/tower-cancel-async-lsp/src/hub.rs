@@ -36,13 +36,13 @@ impl Notification for Mark {
 }
 
 /// A handler that may make nested requests: where they go, and its end.
-#[derive(Clone)]
-pub(crate) struct Handler {
+struct Handler {
     /// The connection's peer as a child of the handler's request: cancelled with the request, from any source.
-    pub(crate) peer: Peer,
+    peer: Peer,
     /// Cancelled when the handler's future is dropped (it finished, or was stopped): a nested request it still
-    /// has waiting is one nobody waits for any more.
-    pub(crate) done: CancellationToken,
+    /// has waiting is one nobody waits for any more. Made with the handler's first nested request: most handlers
+    /// make none.
+    done: Option<CancellationToken>,
 }
 
 pub(crate) struct Hub {
@@ -91,10 +91,7 @@ impl Hub {
     pub(crate) fn open(self: &Arc<Self>, req: &Request) -> Option<Entry> {
         let peer = req.peer().or_else(|| req.connection()?.peer().cloned())?;
         let key = self.next_key.fetch_add(1, Ordering::Relaxed);
-        let handler = Handler {
-            peer,
-            done: CancellationToken::new(),
-        };
+        let handler = Handler { peer, done: None };
         lock(&self.handlers).insert(key, handler);
         Some(Entry {
             hub: self.clone(),
@@ -102,9 +99,16 @@ impl Hub {
         })
     }
 
-    /// The handler of `key`, if its future is still alive.
-    pub(crate) fn handler(&self, key: u64) -> Option<Handler> {
-        lock(&self.handlers).get(&key).cloned()
+    /// Where a nested request of the handler of `key` goes, and the token of the handler's end; `None` if its
+    /// future is gone already.
+    pub(crate) fn handler(&self, key: u64) -> Option<(Peer, CancellationToken)> {
+        let mut handlers = lock(&self.handlers);
+        let handler = handlers.get_mut(&key)?;
+        let done = handler
+            .done
+            .get_or_insert_with(CancellationToken::new)
+            .clone();
+        Some((handler.peer.clone(), done))
     }
 
     pub(crate) fn handlers(&self) -> usize {
@@ -156,8 +160,9 @@ impl Entry {
 
 impl Drop for Entry {
     fn drop(&mut self) {
-        if let Some(handler) = lock(&self.hub.handlers).remove(&self.key) {
-            handler.done.cancel();
+        let handler = lock(&self.hub.handlers).remove(&self.key);
+        if let Some(done) = handler.and_then(|handler| handler.done) {
+            done.cancel();
         }
     }
 }
