@@ -10,16 +10,13 @@
 
 use std::{
     future::Future,
-    io,
-    pin::Pin,
     sync::{atomic::Ordering, Arc},
-    task::{ready, Context, Poll},
 };
 
 use async_lsp::{
     lsp_types::notification::Notification, ErrorCode, LspService, MainLoop, ResponseError,
 };
-use futures::{stream::FuturesUnordered, AsyncRead, AsyncWrite, StreamExt};
+use futures::{stream::FuturesUnordered, StreamExt};
 use serde::Deserialize;
 use serde_json::{value::RawValue, Value};
 use tokio::sync::mpsc;
@@ -27,6 +24,7 @@ use tower_cancel::{Peer, PeerCall, PeerError};
 
 use crate::{
     hub::{Hub, Mark},
+    pipe::{encode, Input, Output},
     shim::Shim,
 };
 
@@ -52,21 +50,15 @@ where
         let _running = running;
         let (replies, replies_rx) = mpsc::unbounded_channel();
         let (calls, mut calls_rx) = mpsc::unbounded_channel();
-        let output = Output {
-            buffer: Vec::new(),
-            forward: Forward {
-                hub: hub.clone(),
-                peer,
-                current: 0,
-                calls,
-                replies: replies.clone(),
-            },
+        let mut forward = Forward {
+            hub: hub.clone(),
+            peer,
+            current: 0,
+            calls,
+            replies: replies.clone(),
         };
-        let input = Input {
-            replies: replies_rx,
-            chunk: Vec::new(),
-            read: 0,
-        };
+        let output = Output::new(move |message: &[u8]| forward.message(message));
+        let input = Input::new(replies_rx);
         let main_loop = main_loop.run_buffered(input, output);
         tokio::pin!(main_loop);
         let mut waiting = FuturesUnordered::new();
@@ -235,113 +227,6 @@ fn reply(id: &Value, result: Result<Value, PeerError>) -> Vec<u8> {
     encode(id, result)
 }
 
-/// A reply as the main loop reads it: `Content-Length` framed JSON.
-fn encode(id: &Value, result: Result<Value, ResponseError>) -> Vec<u8> {
-    let body = match result {
-        Ok(value) => serde_json::json!({ "jsonrpc": "2.0", "id": id, "result": value }),
-        Err(error) => serde_json::json!({ "jsonrpc": "2.0", "id": id, "error": error }),
-    };
-    let body = body.to_string();
-    let mut framed = format!("Content-Length: {}\r\n\r\n", body.len()).into_bytes();
-    framed.extend_from_slice(body.as_bytes());
-    framed
-}
-
-/// What the main loop writes: `Content-Length` frames, each read and forwarded as soon as it is whole. Never
-/// pending, so the main loop writes each message before it takes the next event off its channel.
-struct Output {
-    buffer: Vec<u8>,
-    forward: Forward,
-}
-
-impl Output {
-    fn forward_frames(&mut self) {
-        const END: &[u8] = b"\r\n\r\n";
-        loop {
-            let Some(head) = self.buffer.windows(END.len()).position(|w| w == END) else {
-                return;
-            };
-            let Some(length) = content_length(&self.buffer[..head]) else {
-                tracing::warn!(
-                    "a frame without Content-Length from async-lsp's main loop, dropped"
-                );
-                self.buffer.clear();
-                return;
-            };
-            let start = head + END.len();
-            let Some(end) = start
-                .checked_add(length)
-                .filter(|&end| end <= self.buffer.len())
-            else {
-                return;
-            };
-            let body = self.buffer[start..end].to_vec();
-            self.buffer.drain(..end);
-            self.forward.message(&body);
-        }
-    }
-}
-
-fn content_length(head: &[u8]) -> Option<usize> {
-    let head = std::str::from_utf8(head).ok()?;
-    head.split("\r\n").find_map(|line| {
-        let (name, value) = line.split_once(':')?;
-        name.trim()
-            .eq_ignore_ascii_case("content-length")
-            .then(|| value.trim().parse().ok())?
-    })
-}
-
-impl AsyncWrite for Output {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        _: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        self.buffer.extend_from_slice(buf);
-        self.forward_frames();
-        Poll::Ready(Ok(buf.len()))
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn poll_close(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-}
-
-/// What the main loop reads: the client's replies to its requests, as [`encode`]d.
-struct Input {
-    replies: mpsc::UnboundedReceiver<Vec<u8>>,
-    chunk: Vec<u8>,
-    read: usize,
-}
-
-impl AsyncRead for Input {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut [u8],
-    ) -> Poll<io::Result<usize>> {
-        let this = &mut *self;
-        while this.read == this.chunk.len() {
-            match ready!(this.replies.poll_recv(cx)) {
-                Some(chunk) => {
-                    this.chunk = chunk;
-                    this.read = 0;
-                }
-                None => return Poll::Ready(Ok(0)),
-            }
-        }
-        let n = buf.len().min(this.chunk.len() - this.read);
-        buf[..n].copy_from_slice(&this.chunk[this.read..this.read + n]);
-        this.read += n;
-        Poll::Ready(Ok(n))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -360,16 +245,6 @@ mod tests {
             mark_key(br#"{"jsonrpc":"2.0","method":"$/tower-cancel-async-lsp/mark","params":"x"}"#),
             None
         );
-    }
-
-    #[test]
-    fn content_length_is_read_from_the_head() {
-        assert_eq!(content_length(b"Content-Length: 12"), Some(12));
-        assert_eq!(
-            content_length(b"content-length:3\r\nContent-Type: x"),
-            Some(3)
-        );
-        assert_eq!(content_length(b"Content-Type: x"), None);
     }
 
     #[test]

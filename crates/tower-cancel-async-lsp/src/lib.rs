@@ -91,6 +91,7 @@ mod bridge;
 mod flow;
 mod hub;
 mod id;
+mod pipe;
 mod service;
 mod shim;
 
