@@ -8,7 +8,6 @@
 //! ```
 
 use examples::{mcp::Versions, mcp_rmcp::RmcpTools};
-use tower::ServiceBuilder;
 use tower_cancel::CancelStack;
 use tower_cancel_io::{Framing, Server};
 use tower_cancel_rmcp::RmcpService;
@@ -22,8 +21,11 @@ const VERSIONS: Versions = Versions {
 #[tokio::main]
 async fn main() -> std::io::Result<()> {
     examples::init_tracing();
-    let service = ServiceBuilder::new()
-        .layer(CancelStack::mcp().timeouts(examples::timeouts_from_args()))
-        .service(RmcpService::new(RmcpTools::new(VERSIONS)));
-    Server::new(service).serve_stdio(Framing::Ndjson).await
+    // `with_stack`: the connection speaks MCP, so it has a peer, through which a handler's requests to the client
+    // (sampling, elicitation, roots) go, each cancelled with the call it was made in.
+    let stack = CancelStack::mcp().timeouts(examples::timeouts_from_args());
+    let handler = RmcpService::new(RmcpTools::new(VERSIONS));
+    Server::with_stack(stack, handler)
+        .serve_stdio(Framing::Ndjson)
+        .await
 }
