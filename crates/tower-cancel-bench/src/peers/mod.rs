@@ -5,6 +5,7 @@ pub mod baseline;
 #[cfg(test)]
 mod lsp_check;
 pub mod rmcp;
+pub mod rmcp_adapted;
 pub mod rmcp_http;
 pub mod tower_lsp;
 
@@ -52,6 +53,13 @@ pub const RMCP: Target = Target {
     serve: rmcp::serve,
 };
 
+/// rmcp's handler under tower-cancel (`tower-cancel-rmcp`): the stack decides the cancels, rmcp's `ct` obeys.
+pub const RMCP_ADAPTED: Target = Target {
+    name: "rmcp 3.11 + tower-cancel",
+    protocol: Protocol::Mcp,
+    serve: rmcp_adapted::serve,
+};
+
 /// Every peer, to find one by name ([`crate::target::by_name`]).
 pub const ALL: &[Target] = &[
     TOWER_LSP,
@@ -60,4 +68,5 @@ pub const ALL: &[Target] = &[
     ASYNC_LSP_DEFAULTS,
     BASELINE,
     RMCP,
+    RMCP_ADAPTED,
 ];
