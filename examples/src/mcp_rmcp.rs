@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use rmcp::{
     model::{
-        CallToolRequestParams, CallToolResponse, CallToolResult, CustomRequest, CustomResult, DiscoverResult,
-        ErrorCode, Implementation,
-        InitializeRequestParams, InitializeResult, ListToolsResult, PaginatedRequestParams,
-        ProgressNotificationParam, ProtocolVersion, ServerCapabilities, ServerConfig,
+        CallToolRequestParams, CallToolResponse, CallToolResult, CustomRequest, CustomResult,
+        DiscoverResult, ErrorCode, Implementation, InitializeRequestParams, InitializeResult,
+        ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProtocolVersion,
+        ServerCapabilities, ServerConfig,
     },
     service::{RequestContext, RoleServer},
     ErrorData, ServerHandler,
@@ -54,7 +54,11 @@ impl RmcpTools {
         &self.in_flight
     }
 
-    async fn sleep(&self, args: Value, context: &RequestContext<RoleServer>) -> Result<Value, ErrorData> {
+    async fn sleep(
+        &self,
+        args: Value,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<Value, ErrorData> {
         let params: crate::SleepParams = serde_json::from_value(args).map_err(invalid_params)?;
         // rmcp never drops a handler: it only fires `ct`, so the work races it. Dropping the sleep counts it
         // cancelled.
@@ -67,7 +71,11 @@ impl RmcpTools {
         }
     }
 
-    async fn progress(&self, args: Value, context: &RequestContext<RoleServer>) -> Result<Value, ErrorData> {
+    async fn progress(
+        &self,
+        args: Value,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<Value, ErrorData> {
         let args: ProgressArgs = serde_json::from_value(args).map_err(invalid_params)?;
         let run = self.stats.start();
         let token = context.meta.get_progress_token();
@@ -132,12 +140,15 @@ impl ServerHandler for RmcpTools {
             None => self.versions.default,
         };
         context.peer.set_peer_info(request);
-        let version: ProtocolVersion =
-            serde_json::from_value(json!(version)).map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        let version: ProtocolVersion = serde_json::from_value(json!(version))
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
         Ok(self.get_info().with_protocol_version(version))
     }
 
-    async fn discover(&self, _context: RequestContext<RoleServer>) -> Result<DiscoverResult, ErrorData> {
+    async fn discover(
+        &self,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<DiscoverResult, ErrorData> {
         Ok(DiscoverResult::from_server_info(
             vec![ProtocolVersion::V_2026_07_28],
             self.get_info(),
@@ -162,7 +173,8 @@ impl ServerHandler for RmcpTools {
         _context: RequestContext<RoleServer>,
     ) -> Result<CustomResult, ErrorData> {
         // -32601 worded as the stack words it.
-        let tower_cancel::ErrorObject { message, .. } = tower_cancel::ErrorObject::method_not_found(&request.method);
+        let tower_cancel::ErrorObject { message, .. } =
+            tower_cancel::ErrorObject::method_not_found(&request.method);
         Err(ErrorData::new(ErrorCode::METHOD_NOT_FOUND, message, None))
     }
 
@@ -182,8 +194,8 @@ impl ServerHandler for RmcpTools {
             complete(&mut result);
         }
         // Built from JSON: exactly the fields above (`CallToolResult::success` would add `"isError": false`).
-        let result: CallToolResult =
-            serde_json::from_value(result).map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        let result: CallToolResult = serde_json::from_value(result)
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
         Ok(result.into())
     }
 }
@@ -209,6 +221,7 @@ fn server_info() -> Implementation {
 
 /// -32602 worded as the stack words it (`crate::mcp`'s answers).
 fn invalid_params(detail: impl std::fmt::Display) -> ErrorData {
-    let tower_cancel::ErrorObject { message, .. } = tower_cancel::ErrorObject::invalid_params(detail);
+    let tower_cancel::ErrorObject { message, .. } =
+        tower_cancel::ErrorObject::invalid_params(detail);
     ErrorData::invalid_params(message, None)
 }

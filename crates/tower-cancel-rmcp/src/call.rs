@@ -16,7 +16,8 @@ use crate::{
     wire,
 };
 
-type NestedCall = Pin<Box<dyn Future<Output = (RequestId, Option<Result<Value, PeerError>>)> + Send>>;
+type NestedCall =
+    Pin<Box<dyn Future<Output = (RequestId, Option<Result<Value, PeerError>>)> + Send>>;
 
 /// Serve `req` (a request or a notification of the client) with the rmcp server behind `router`.
 pub(crate) async fn call(router: Arc<Router>, req: Request) -> Result<Value, ErrorObject> {
@@ -41,7 +42,9 @@ pub(crate) async fn call(router: Arc<Router>, req: Request) -> Result<Value, Err
     router.send(message);
 
     // The handler's requests to the client ride the request's child peer: cancelled on the wire with it.
-    let peer = req.peer().or_else(|| req.connection().and_then(|c| c.peer().cloned()));
+    let peer = req
+        .peer()
+        .or_else(|| req.connection().and_then(|c| c.peer().cloned()));
     let mut nested: FuturesUnordered<NestedCall> = FuturesUnordered::new();
     let mut stops: HashMap<RequestId, oneshot::Sender<()>> = HashMap::new();
     loop {
@@ -154,7 +157,11 @@ impl Drop for Settle {
             .as_ref()
             .and_then(RequestContext::reason)
             .map(|reason| reason.to_string());
-        tracing::debug!(id = self.id, ?reason, "request given up: rmcp's handler cancelled");
+        tracing::debug!(
+            id = self.id,
+            ?reason,
+            "request given up: rmcp's handler cancelled"
+        );
         self.router.send(wire::cancel(self.id, reason));
     }
 }

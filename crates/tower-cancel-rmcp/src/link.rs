@@ -21,8 +21,13 @@ use std::{
 };
 
 use rmcp::{
-    model::{ClientJsonRpcMessage, NumberOrString, RequestId, ServerJsonRpcMessage, ServerNotification},
-    service::{serve_directly_with_ct, OriginatingRequestId, RoleServer, RxJsonRpcMessage, TxJsonRpcMessage},
+    model::{
+        ClientJsonRpcMessage, NumberOrString, RequestId, ServerJsonRpcMessage, ServerNotification,
+    },
+    service::{
+        serve_directly_with_ct, OriginatingRequestId, RoleServer, RxJsonRpcMessage,
+        TxJsonRpcMessage,
+    },
     transport::Transport,
 };
 use serde_json::Value;
@@ -216,7 +221,9 @@ impl Router {
                     .and_then(|OriginatingRequestId(id)| link_id(id));
                 self.nested(request.id, origin, &request.request);
             }
-            ServerJsonRpcMessage::Notification(notification) => self.notification(notification.notification),
+            ServerJsonRpcMessage::Notification(notification) => {
+                self.notification(notification.notification)
+            }
         }
     }
 
@@ -235,7 +242,10 @@ impl Router {
     fn nested(&self, id: RequestId, origin: Option<i64>, request: &rmcp::model::ServerRequest) {
         let (method, params) = match serde_json::to_value(request) {
             Ok(Value::Object(mut fields)) => (
-                fields.remove("method").and_then(|m| m.as_str().map(str::to_owned)).unwrap_or_default(),
+                fields
+                    .remove("method")
+                    .and_then(|m| m.as_str().map(str::to_owned))
+                    .unwrap_or_default(),
                 fields.remove("params").unwrap_or(Value::Null),
             ),
             _ => (String::new(), Value::Null),
@@ -271,7 +281,10 @@ impl Router {
                 });
             }
             // Made in a request that is over, or with no connection to send it on: refused.
-            _ => self.send(wire::nested_answer(id, Err(tower_cancel::PeerError::Cancelled))),
+            _ => self.send(wire::nested_answer(
+                id,
+                Err(tower_cancel::PeerError::Cancelled),
+            )),
         }
     }
 
@@ -296,16 +309,26 @@ impl Router {
                 }
             }
             ServerNotification::CancelledNotification(cancelled) => {
-                let Some(id) = cancelled.params.request_id else { return };
+                let Some(id) = cancelled.params.request_id else {
+                    return;
+                };
                 let table = self.lock();
-                if let Some(pending) = table.nested.get(&id).and_then(|origin| table.calls.get(origin)) {
+                if let Some(pending) = table
+                    .nested
+                    .get(&id)
+                    .and_then(|origin| table.calls.get(origin))
+                {
                     let _ = pending.events.send(Event::NestedCancelled(id));
                 }
             }
             other => {
-                let Some(peer) = self.fallback.get() else { return };
+                let Some(peer) = self.fallback.get() else {
+                    return;
+                };
                 if let Ok(Value::Object(mut fields)) = serde_json::to_value(&other) {
-                    let method = fields.remove("method").and_then(|m| m.as_str().map(str::to_owned));
+                    let method = fields
+                        .remove("method")
+                        .and_then(|m| m.as_str().map(str::to_owned));
                     let params = fields.remove("params").unwrap_or(Value::Null);
                     if let Some(method) = method {
                         let _ = peer.notify(method, params);

@@ -44,7 +44,9 @@ pub(crate) fn cancel(link_id: i64, reason: Option<String>) -> ClientJsonRpcMessa
     if let Some(reason) = reason {
         params["reason"] = json!(reason);
     }
-    client_message(json!({ "jsonrpc": "2.0", "method": "notifications/cancelled", "params": params }))
+    client_message(
+        json!({ "jsonrpc": "2.0", "method": "notifications/cancelled", "params": params }),
+    )
 }
 
 /// The client's progress on a request the handler made, under the token rmcp asked with.
@@ -59,7 +61,9 @@ pub(crate) fn nested_progress(
     if let Some(message) = &update.message {
         params["message"] = json!(message);
     }
-    client_message(json!({ "jsonrpc": "2.0", "method": "notifications/progress", "params": params }))
+    client_message(
+        json!({ "jsonrpc": "2.0", "method": "notifications/progress", "params": params }),
+    )
 }
 
 /// A message of ours, built as JSON (rmcp's structs cannot be built outside rmcp), read as rmcp reads one.
@@ -68,7 +72,10 @@ fn client_message(message: Value) -> ClientJsonRpcMessage {
 }
 
 /// What the client answered to a request the handler made through rmcp's peer (`id` is rmcp's), as rmcp reads it.
-pub(crate) fn nested_answer(id: RequestId, answer: Result<Value, PeerError>) -> ClientJsonRpcMessage {
+pub(crate) fn nested_answer(
+    id: RequestId,
+    answer: Result<Value, PeerError>,
+) -> ClientJsonRpcMessage {
     let error = match answer {
         Ok(result) => match serde_json::from_value::<ClientResult>(result) {
             Ok(result) => {

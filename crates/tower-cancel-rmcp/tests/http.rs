@@ -63,12 +63,19 @@ async fn a_delete_of_the_session_fires_ct_and_ends_its_rmcp_server() {
     .send()
     .await
     .unwrap();
-    let session = init.headers()["mcp-session-id"].to_str().unwrap().to_owned();
+    let session = init.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
     assert_eq!(rmcp.sizes().sessions, 1, "one rmcp server for the session");
 
     let call = tokio::spawn(
-        post(addr, &[("mcp-session-id", &session)], json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-            "params": { "name": "work", "arguments": { "tag": 1 } }}))
+        post(
+            addr,
+            &[("mcp-session-id", &session)],
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": { "name": "work", "arguments": { "tag": 1 } }}),
+        )
         .send(),
     );
     probe.until(1, Fate::Running).await;
@@ -81,9 +88,15 @@ async fn a_delete_of_the_session_fires_ct_and_ends_its_rmcp_server() {
     assert_eq!(deleted.status(), 200);
     probe.until(1, Fate::Stopped).await;
     let body = call.await.unwrap().unwrap().text().await.unwrap();
-    assert!(!body.contains("result") && !body.contains("error"), "no reply: {body:?}");
+    assert!(
+        !body.contains("result") && !body.contains("error"),
+        "no reply: {body:?}"
+    );
 
-    eventually("the session's rmcp server ended", || rmcp.sizes().sessions == 0).await;
+    eventually("the session's rmcp server ended", || {
+        rmcp.sizes().sessions == 0
+    })
+    .await;
     assert_eq!(rmcp.sizes(), BridgeSizes::default());
     assert_eq!(in_flight(), 0);
 }
@@ -102,8 +115,12 @@ async fn a_stateless_hang_up_fires_ct() {
         ("mcp-name", "work"),
     ];
     let call = tokio::spawn(
-        post(addr, &headers, json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-            "params": { "name": "work", "arguments": { "tag": 2 }, "_meta": meta }}))
+        post(
+            addr,
+            &headers,
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": { "name": "work", "arguments": { "tag": 2 }, "_meta": meta }}),
+        )
         .send(),
     );
     probe.until(2, Fate::Running).await;
@@ -119,8 +136,12 @@ async fn a_stateless_hang_up_fires_ct() {
         ("mcp-method", "tools/call"),
         ("mcp-name", "work"),
     ];
-    let reply = post(addr, &headers, json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-        "params": { "name": "work", "arguments": { "ms": 1, "tag": 3 }, "_meta": meta }}))
+    let reply = post(
+        addr,
+        &headers,
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": { "name": "work", "arguments": { "ms": 1, "tag": 3 }, "_meta": meta }}),
+    )
     .send()
     .await
     .unwrap()

@@ -66,7 +66,8 @@ impl Sent {
 }
 
 async fn run(ops: Vec<Op>, wait_before_close: bool) {
-    let mut client = Client::connect_with(TimeoutLayer::new(Duration::from_millis(TIMEOUT_MS))).await;
+    let mut client =
+        Client::connect_with(TimeoutLayer::new(Duration::from_millis(TIMEOUT_MS))).await;
     let mut now = 0;
     let mut sent: Vec<Sent> = Vec::new();
     for op in ops {
@@ -74,7 +75,9 @@ async fn run(ops: Vec<Op>, wait_before_close: bool) {
             Op::Call(k) => {
                 let id = sent.len() as u64;
                 let work = 10 * k + 3;
-                client.call(json!(id), "work", json!({ "ms": work, "tag": id })).await;
+                client
+                    .call(json!(id), "work", json!({ "ms": work, "tag": id }))
+                    .await;
                 sent.push(Sent {
                     at: now,
                     work,
@@ -109,7 +112,9 @@ async fn run(ops: Vec<Op>, wait_before_close: bool) {
 
     let mut replies: HashMap<u64, Vec<Value>> = HashMap::new();
     for message in messages {
-        let id = message["id"].as_u64().unwrap_or_else(|| panic!("only replies: {message}"));
+        let id = message["id"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("only replies: {message}"));
         replies.entry(id).or_default().push(message);
     }
     for (id, call) in sent.iter().enumerate() {
@@ -132,7 +137,10 @@ async fn run(ops: Vec<Op>, wait_before_close: bool) {
             assert_eq!(fate, Some(Fate::Finished), "call {id}");
         } else {
             // Stopped, or never started (cancelled before the bridge handed it to rmcp).
-            assert!(matches!(fate, Some(Fate::Stopped) | None), "call {id}: handler {fate:?}");
+            assert!(
+                matches!(fate, Some(Fate::Stopped) | None),
+                "call {id}: handler {fate:?}"
+            );
         }
     }
     assert!(replies.is_empty(), "replies to ids never sent: {replies:?}");

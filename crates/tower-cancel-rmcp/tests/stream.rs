@@ -16,7 +16,10 @@ async fn a_client_cancel_fires_ct_and_nothing_is_answered() {
     client.probe.until(1, Fate::Running).await;
     client.cancel(json!(1)).await;
     client.probe.until(1, Fate::Stopped).await;
-    assert_eq!(client.before_pong("p").await, Vec::<serde_json::Value>::new());
+    assert_eq!(
+        client.before_pong("p").await,
+        Vec::<serde_json::Value>::new()
+    );
     let (rest, _, rmcp, registry) = client.close().await;
     assert!(rest.is_empty(), "nothing for the cancelled call: {rest:?}");
     assert_empty(&rmcp, &registry);
@@ -27,7 +30,10 @@ async fn an_early_cancel_means_the_handler_never_runs() {
     let mut client = Client::connect().await;
     client.cancel(json!(5)).await;
     client.call(json!(5), "work", json!({ "tag": 5 })).await;
-    assert_eq!(client.before_pong("p").await, Vec::<serde_json::Value>::new());
+    assert_eq!(
+        client.before_pong("p").await,
+        Vec::<serde_json::Value>::new()
+    );
     assert_eq!(client.probe.fate(5), None, "the handler never ran");
     let (rest, _, rmcp, registry) = client.close().await;
     assert!(rest.is_empty(), "{rest:?}");
@@ -59,7 +65,10 @@ async fn the_end_of_input_fires_ct_of_every_handler_in_flight() {
         client.probe.until(tag, Fate::Running).await;
     }
     let (rest, probe, rmcp, registry) = client.close().await;
-    assert!(rest.is_empty(), "a disconnect is answered nothing in MCP: {rest:?}");
+    assert!(
+        rest.is_empty(),
+        "a disconnect is answered nothing in MCP: {rest:?}"
+    );
     for tag in 1..=3 {
         assert_eq!(probe.fate(tag), Some(Fate::Stopped), "handler {tag}");
     }
@@ -81,7 +90,11 @@ async fn a_reused_id_after_a_cancel_gets_its_own_answer() {
     let reply = client.next().await.unwrap();
     assert_eq!(reply["id"], 1);
     assert_eq!(reply["result"]["content"][0]["text"], "done 2", "{reply}");
-    assert_eq!(client.probe.fate(1), Some(Fate::Finished), "the old one finished first, unheard");
+    assert_eq!(
+        client.probe.fate(1),
+        Some(Fate::Finished),
+        "the old one finished first, unheard"
+    );
     let (rest, _, rmcp, registry) = client.close().await;
     assert!(rest.is_empty(), "{rest:?}");
     assert_empty(&rmcp, &registry);
@@ -97,14 +110,20 @@ async fn a_request_to_the_client_inside_a_cancelled_call_is_cancelled_on_the_wir
     assert!(!nested_id.is_null(), "{asked}");
     client.cancel(json!(3)).await;
     let cancelled = client.next().await.unwrap();
-    assert_eq!(cancelled["method"], "notifications/cancelled", "{cancelled}");
+    assert_eq!(
+        cancelled["method"], "notifications/cancelled",
+        "{cancelled}"
+    );
     assert_eq!(cancelled["params"]["requestId"], nested_id, "{cancelled}");
     client.probe.until(3, Fate::Stopped).await;
     // The client's late answer is taken and dropped.
     client
         .send(json!({"jsonrpc": "2.0", "id": nested_id, "result": { "roots": [] }}))
         .await;
-    assert_eq!(client.before_pong("p").await, Vec::<serde_json::Value>::new());
+    assert_eq!(
+        client.before_pong("p").await,
+        Vec::<serde_json::Value>::new()
+    );
     let (rest, _, rmcp, registry) = client.close().await;
     assert!(rest.is_empty(), "{rest:?}");
     assert_empty(&rmcp, &registry);
@@ -136,7 +155,9 @@ async fn bad_params_are_answered_and_the_connection_goes_on() {
     let reply = client.next().await.unwrap();
     assert_eq!(reply["id"], 9);
     assert_eq!(reply["error"]["code"], -32602, "{reply}");
-    client.call(json!(10), "work", json!({ "ms": 1, "tag": 10 })).await;
+    client
+        .call(json!(10), "work", json!({ "ms": 1, "tag": 10 }))
+        .await;
     let reply = client.next().await.unwrap();
     assert_eq!(reply["result"]["content"][0]["text"], "done 10", "{reply}");
     let (_, _, rmcp, registry) = client.close().await;
@@ -164,7 +185,10 @@ async fn many_cancelled_calls_leave_every_table_empty() {
             client.probe.until(tag, Fate::Stopped).await;
         }
     }
-    assert_eq!(client.before_pong("p").await, Vec::<serde_json::Value>::new());
+    assert_eq!(
+        client.before_pong("p").await,
+        Vec::<serde_json::Value>::new()
+    );
     let (rest, probe, rmcp, registry) = client.close().await;
     assert!(rest.is_empty());
     assert_eq!(probe.fates().len() as u64, CALLS);

@@ -96,7 +96,8 @@ impl ServerHandler for Probe {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let args = Value::Object(request.arguments.unwrap_or_default());
-        let args: Args = serde_json::from_value(args).map_err(|e| ErrorData::invalid_params(e.to_string(), None))?;
+        let args: Args = serde_json::from_value(args)
+            .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?;
         self.set(args.tag, Fate::Running);
         let sleep = async {
             match args.ms {
@@ -172,11 +173,13 @@ impl Client {
             served,
         };
         client
-            .send(json!({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": {
-                "protocolVersion": "2025-06-18",
-                "capabilities": { "roots": {} },
-                "clientInfo": { "name": "test", "version": "0" },
-            }}))
+            .send(
+                json!({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": {
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": { "roots": {} },
+                    "clientInfo": { "name": "test", "version": "0" },
+                }}),
+            )
             .await;
         let init = client.next().await.expect("an initialize reply");
         assert_eq!(init["id"], "init", "{init}");
@@ -200,9 +203,11 @@ impl Client {
     }
 
     pub async fn cancel(&mut self, id: Value) {
-        self.send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
-            "params": { "requestId": id, "reason": "test" }}))
-            .await;
+        self.send(
+            json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": { "requestId": id, "reason": "test" }}),
+        )
+        .await;
     }
 
     /// The next message from the server, `None` at the end of the connection.
@@ -214,7 +219,8 @@ impl Client {
     /// Pings under `id` and returns every message that came before the pong: since the server answers in order of
     /// completion, a reply not among them was not sent before the ping was handled.
     pub async fn before_pong(&mut self, id: &str) -> Vec<Value> {
-        self.send(json!({"jsonrpc": "2.0", "id": id, "method": "ping"})).await;
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": "ping"}))
+            .await;
         let mut before = Vec::new();
         loop {
             let message = self.next().await.expect("a pong");
@@ -249,5 +255,9 @@ impl Client {
 /// The bridge's tables and the stack's registry are empty.
 pub fn assert_empty(rmcp: &RmcpService<Probe>, registry: &Registry) {
     assert_eq!(rmcp.sizes(), BridgeSizes::default(), "the bridge's tables");
-    assert!(registry.is_empty(), "the stack's registry: {} left", registry.len());
+    assert!(
+        registry.is_empty(),
+        "the stack's registry: {} left",
+        registry.len()
+    );
 }
