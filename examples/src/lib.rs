@@ -3,6 +3,7 @@
 
 pub mod abp;
 pub mod mcp;
+pub mod mcp_rmcp;
 pub mod rap;
 
 use std::{
@@ -133,6 +134,11 @@ impl InFlight {
     pub fn set_endpoint(&self, count: impl Fn() -> usize + Send + Sync + 'static) {
         let set = self.endpoint.set(EndpointCount(Box::new(count)));
         assert!(set.is_ok(), "the endpoint is set once");
+    }
+
+    /// The endpoint's count, once [`set_endpoint`](Self::set_endpoint) was called.
+    pub fn endpoint_count(&self) -> Option<usize> {
+        self.endpoint.get().map(|EndpointCount(count)| count())
     }
 
     /// The counters for `req`'s answer: `inFlight` not counting `req` itself.

@@ -181,7 +181,8 @@ fn complete(method: &str, mut result: Value) -> Value {
     result
 }
 
-fn tools() -> Value {
+/// The `tools/list` result: the three tools and their input schemas.
+pub fn tools() -> Value {
     json!({ "tools": [
         {
             "name": "sleep",

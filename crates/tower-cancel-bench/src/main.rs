@@ -176,7 +176,7 @@ const LSP_TARGETS: [Target; 7] = [
     peers::TOWER_LSP_DEFAULTS,
     peers::ASYNC_LSP_DEFAULTS,
 ];
-const MCP_TARGETS: [Target; 2] = [MCP_STACK, peers::RMCP];
+const MCP_TARGETS: [Target; 3] = [MCP_STACK, peers::RMCP, peers::RMCP_ADAPTED];
 
 /// Whether `target` is a peer at its default settings, whose limit (4, or the CPUs) lets only one request be held
 /// along with the barrier behind it.

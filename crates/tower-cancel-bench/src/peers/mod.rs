@@ -6,6 +6,7 @@ pub mod baseline;
 #[cfg(test)]
 mod lsp_check;
 pub mod rmcp;
+pub mod rmcp_adapted;
 pub mod rmcp_http;
 pub mod tower_lsp;
 
@@ -60,6 +61,13 @@ pub const RMCP: Target = Target {
     serve: rmcp::serve,
 };
 
+/// rmcp's handler under tower-cancel (`tower-cancel-rmcp`): the stack decides the cancels, rmcp's `ct` obeys.
+pub const RMCP_ADAPTED: Target = Target {
+    name: "rmcp 3.11 + tower-cancel",
+    protocol: Protocol::Mcp,
+    serve: rmcp_adapted::serve,
+};
+
 /// Every peer, to find one by name ([`crate::target::by_name`]).
 pub const ALL: &[Target] = &[
     TOWER_LSP,
@@ -69,4 +77,5 @@ pub const ALL: &[Target] = &[
     ASYNC_LSP_ADAPTED,
     BASELINE,
     RMCP,
+    RMCP_ADAPTED,
 ];

@@ -49,7 +49,7 @@ pub fn serve(reader: BoxRead, writer: BoxWrite, _need: usize) -> ServeFuture {
 
 /// The handler: one tool, `work`, written by hand (no macros, its schema a literal rather than schemars-derived).
 #[derive(Clone, Copy, Debug)]
-struct Bench;
+pub(crate) struct Bench;
 
 /// The `work` tool, its input schema a plain JSON object schema.
 fn work_tool() -> Tool {

@@ -212,7 +212,32 @@ impl<S> McpHttp<S> {
     /// How long a session with no request is kept, and how many sessions are kept at most (see
     /// [`DEFAULT_MAX_SESSIONS`] for a full table).
     pub fn session_limits(self, idle: Duration, max_sessions: usize) -> Self {
-        self.configure(|_, config| config.sessions = Sessions::new(idle, max_sessions))
+        self.configure(|_, config| {
+            let on_end = config.sessions.end_hook();
+            config.sessions = Sessions::new(idle, max_sessions).on_end(on_end);
+        })
+    }
+
+    /// Call `on_end` with a session's id once the session is over: ended (DELETE, a shutdown, a failed
+    /// `initialize`), expired or evicted, and none of its requests still running. For what a handler keeps per
+    /// session (a framework's own server per session, such as `tower-cancel-rmcp`'s). A panic in `on_end` is
+    /// caught and logged.
+    ///
+    /// ```
+    /// use serde_json::Value;
+    /// use tower::service_fn;
+    /// use tower_cancel::{BoxError, Request};
+    /// use tower_cancel_http::McpHttp;
+    ///
+    /// let service = service_fn(|_req: Request| async { Ok::<Value, BoxError>(Value::Null) });
+    /// let mcp = McpHttp::new(service).on_session_end(|id| println!("session {id} is over"));
+    /// # let _ = mcp;
+    /// ```
+    pub fn on_session_end(self, on_end: impl Fn(&str) + Send + Sync + 'static) -> Self {
+        self.configure(|_, config| {
+            let on_end = Some(session::OnEnd(Arc::new(on_end)));
+            config.sessions = config.sessions.clone().on_end(on_end);
+        })
     }
 
     /// Run as one replica of several behind a load balancer, sharing `replica`'s bus (over Redis:

@@ -1,6 +1,6 @@
 //! Sessions of the `2025-11-25` revision: `initialize` mints a random id, later POSTs name it, DELETE ends it.
 
-use std::{fmt::Write, time::Duration};
+use std::{fmt, fmt::Write, sync::Arc, time::Duration};
 
 use tower_cancel::{dialect::Mcp, Scope};
 
@@ -15,6 +15,31 @@ use crate::{
 pub(crate) struct Session {
     scope: Scope,
     pub(crate) in_flight: Quota,
+    id: String,
+    on_end: Option<OnEnd>,
+}
+
+/// Called with a session's id once the session is over: out of the table (ended, expired or evicted) and no
+/// request of it left running.
+#[derive(Clone)]
+pub(crate) struct OnEnd(pub(crate) Arc<dyn Fn(&str) + Send + Sync>);
+
+impl fmt::Debug for OnEnd {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("OnEnd")
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if let Some(OnEnd(on_end)) = &self.on_end {
+            // A panic of the user's callback must not unwind through the table's drop.
+            let ended = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| on_end(&self.id)));
+            if ended.is_err() {
+                tracing::error!(session = %self.id, "the session-end callback panicked");
+            }
+        }
+    }
 }
 
 impl Scoped for Session {
@@ -29,6 +54,7 @@ pub(crate) type SessionLease = Lease<String, Session>;
 #[derive(Clone, Debug)]
 pub(crate) struct Sessions {
     table: Scopes<String, Session>,
+    on_end: Option<OnEnd>,
 }
 
 impl Sessions {
@@ -38,7 +64,19 @@ impl Sessions {
     pub(crate) fn new(idle: Duration, max: usize) -> Self {
         Self {
             table: Scopes::new(idle, max).evict_idle_when_full(),
+            on_end: None,
         }
+    }
+
+    /// These sessions, `on_end` called with the id of each once it is over.
+    pub(crate) fn on_end(mut self, on_end: Option<OnEnd>) -> Self {
+        self.on_end = on_end;
+        self
+    }
+
+    /// What is called once a session is over.
+    pub(crate) fn end_hook(&self) -> Option<OnEnd> {
+        self.on_end.clone()
     }
 
     /// A new session under a fresh random id; its scope attached to the replica when the server is one of
@@ -47,7 +85,13 @@ impl Sessions {
         let id = mint();
         let scope = settings.attach(|| replica_key(&id), None, Scope::with_dialect(Mcp));
         let in_flight = settings.scope_quota();
-        self.table.insert(id, Session { scope, in_flight })
+        let session = Session {
+            scope,
+            in_flight,
+            id: id.clone(),
+            on_end: self.on_end.clone(),
+        };
+        self.table.insert(id, session)
     }
 
     pub(crate) fn get(&self, id: &str) -> Option<SessionLease> {

@@ -1,0 +1,197 @@
+//! An rmcp handler under the stack, over a real NDJSON connection: every cancel the stack decides reaches the
+//! handler as rmcp's own (`ct` fires), and the wire carries exactly what MCP says.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::json;
+use support::{assert_empty, Client, Fate};
+use tower_cancel::TimeoutLayer;
+
+#[tokio::test]
+async fn a_client_cancel_fires_ct_and_nothing_is_answered() {
+    let mut client = Client::connect().await;
+    client.call(json!(1), "work", json!({ "tag": 1 })).await;
+    client.probe.until(1, Fate::Running).await;
+    client.cancel(json!(1)).await;
+    client.probe.until(1, Fate::Stopped).await;
+    assert_eq!(
+        client.before_pong("p").await,
+        Vec::<serde_json::Value>::new()
+    );
+    let (rest, _, rmcp, registry) = client.close().await;
+    assert!(rest.is_empty(), "nothing for the cancelled call: {rest:?}");
+    assert_empty(&rmcp, &registry);
+}
+
+#[tokio::test]
+async fn an_early_cancel_means_the_handler_never_runs() {
+    let mut client = Client::connect().await;
+    client.cancel(json!(5)).await;
+    client.call(json!(5), "work", json!({ "tag": 5 })).await;
+    assert_eq!(
+        client.before_pong("p").await,
+        Vec::<serde_json::Value>::new()
+    );
+    assert_eq!(client.probe.fate(5), None, "the handler never ran");
+    let (rest, _, rmcp, registry) = client.close().await;
+    assert!(rest.is_empty(), "{rest:?}");
+    assert_empty(&rmcp, &registry);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_server_timeout_answers_32001_and_fires_ct() {
+    let mut client = Client::connect_with(TimeoutLayer::new(Duration::from_millis(100))).await;
+    client.call(json!(7), "work", json!({ "tag": 7 })).await;
+    let reply = client.next().await.unwrap();
+    assert_eq!(
+        reply,
+        json!({"jsonrpc": "2.0", "id": 7, "error": {"code": -32001, "message": "Request timed out"}})
+    );
+    client.probe.until(7, Fate::Stopped).await;
+    let (rest, _, rmcp, registry) = client.close().await;
+    assert!(rest.is_empty(), "{rest:?}");
+    assert_empty(&rmcp, &registry);
+}
+
+#[tokio::test]
+async fn the_end_of_input_fires_ct_of_every_handler_in_flight() {
+    let mut client = Client::connect().await;
+    for tag in 1..=3 {
+        client.call(json!(tag), "work", json!({ "tag": tag })).await;
+    }
+    for tag in 1..=3 {
+        client.probe.until(tag, Fate::Running).await;
+    }
+    let (rest, probe, rmcp, registry) = client.close().await;
+    assert!(
+        rest.is_empty(),
+        "a disconnect is answered nothing in MCP: {rest:?}"
+    );
+    for tag in 1..=3 {
+        assert_eq!(probe.fate(tag), Some(Fate::Stopped), "handler {tag}");
+    }
+    assert_empty(&rmcp, &registry);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reused_id_after_a_cancel_gets_its_own_answer() {
+    let mut client = Client::connect().await;
+    // The first handler ignores `ct` and answers late; rmcp would route its answer to a request of the same id.
+    client
+        .call(json!(1), "stubborn", json!({ "ms": 1000, "tag": 1 }))
+        .await;
+    client.probe.until(1, Fate::Running).await;
+    client.cancel(json!(1)).await;
+    client
+        .call(json!(1), "stubborn", json!({ "ms": 2000, "tag": 2 }))
+        .await;
+    let reply = client.next().await.unwrap();
+    assert_eq!(reply["id"], 1);
+    assert_eq!(reply["result"]["content"][0]["text"], "done 2", "{reply}");
+    assert_eq!(
+        client.probe.fate(1),
+        Some(Fate::Finished),
+        "the old one finished first, unheard"
+    );
+    let (rest, _, rmcp, registry) = client.close().await;
+    assert!(rest.is_empty(), "{rest:?}");
+    assert_empty(&rmcp, &registry);
+}
+
+#[tokio::test]
+async fn a_request_to_the_client_inside_a_cancelled_call_is_cancelled_on_the_wire() {
+    let mut client = Client::connect().await;
+    client.call(json!(3), "roots", json!({ "tag": 3 })).await;
+    let asked = client.next().await.unwrap();
+    assert_eq!(asked["method"], "roots/list", "{asked}");
+    let nested_id = asked["id"].clone();
+    assert!(!nested_id.is_null(), "{asked}");
+    client.cancel(json!(3)).await;
+    let cancelled = client.next().await.unwrap();
+    assert_eq!(
+        cancelled["method"], "notifications/cancelled",
+        "{cancelled}"
+    );
+    assert_eq!(cancelled["params"]["requestId"], nested_id, "{cancelled}");
+    client.probe.until(3, Fate::Stopped).await;
+    // The client's late answer is taken and dropped.
+    client
+        .send(json!({"jsonrpc": "2.0", "id": nested_id, "result": { "roots": [] }}))
+        .await;
+    assert_eq!(
+        client.before_pong("p").await,
+        Vec::<serde_json::Value>::new()
+    );
+    let (rest, _, rmcp, registry) = client.close().await;
+    assert!(rest.is_empty(), "{rest:?}");
+    assert_empty(&rmcp, &registry);
+}
+
+#[tokio::test]
+async fn a_request_to_the_client_is_answered_through_the_bridge() {
+    let mut client = Client::connect().await;
+    client.call(json!(4), "roots", json!({ "tag": 4 })).await;
+    let asked = client.next().await.unwrap();
+    assert_eq!(asked["method"], "roots/list", "{asked}");
+    client
+        .send(json!({"jsonrpc": "2.0", "id": asked["id"], "result": { "roots": [{ "uri": "file:///a" }] }}))
+        .await;
+    let reply = client.next().await.unwrap();
+    assert_eq!(reply["id"], 4);
+    assert_eq!(reply["result"]["content"][0]["text"], "1 roots", "{reply}");
+    let (rest, _, rmcp, registry) = client.close().await;
+    assert!(rest.is_empty(), "{rest:?}");
+    assert_empty(&rmcp, &registry);
+}
+
+#[tokio::test]
+async fn bad_params_are_answered_and_the_connection_goes_on() {
+    let mut client = Client::connect().await;
+    client
+        .send(json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": { "name": "work", "arguments": { "tag": "x" } }}))
+        .await;
+    let reply = client.next().await.unwrap();
+    assert_eq!(reply["id"], 9);
+    assert_eq!(reply["error"]["code"], -32602, "{reply}");
+    client
+        .call(json!(10), "work", json!({ "ms": 1, "tag": 10 }))
+        .await;
+    let reply = client.next().await.unwrap();
+    assert_eq!(reply["result"]["content"][0]["text"], "done 10", "{reply}");
+    let (_, _, rmcp, registry) = client.close().await;
+    assert_empty(&rmcp, &registry);
+}
+
+/// The no-leak check: many calls cancelled, every handler stopped, every table empty.
+#[tokio::test]
+async fn many_cancelled_calls_leave_every_table_empty() {
+    const CALLS: u64 = 100_000;
+    const BATCH: u64 = 1_000;
+    let mut client = Client::connect().await;
+    for batch in 0..CALLS / BATCH {
+        let tags = batch * BATCH..(batch + 1) * BATCH;
+        for tag in tags.clone() {
+            client.call(json!(tag), "work", json!({ "tag": tag })).await;
+        }
+        for tag in tags.clone() {
+            client.probe.until(tag, Fate::Running).await;
+        }
+        for tag in tags.clone() {
+            client.cancel(json!(tag)).await;
+        }
+        for tag in tags {
+            client.probe.until(tag, Fate::Stopped).await;
+        }
+    }
+    assert_eq!(
+        client.before_pong("p").await,
+        Vec::<serde_json::Value>::new()
+    );
+    let (rest, probe, rmcp, registry) = client.close().await;
+    assert!(rest.is_empty());
+    assert_eq!(probe.fates().len() as u64, CALLS);
+    assert!(probe.fates().values().all(|fate| *fate == Fate::Stopped));
+    assert_empty(&rmcp, &registry);
+}
