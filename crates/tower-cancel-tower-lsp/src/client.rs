@@ -118,7 +118,9 @@ impl ClientSide {
         match (id, peer) {
             (None, Some(peer)) => {
                 if peer.notify(method.into_owned(), params).is_err() {
-                    tracing::debug!("a notification to the client was dropped: the connection is closed");
+                    tracing::debug!(
+                        "a notification to the client was dropped: the connection is closed"
+                    );
                 }
             }
             (None, None) => tracing::debug!(%method, "no peer to send the notification to"),
@@ -142,7 +144,10 @@ impl ClientSide {
 
     /// Give tower-lsp the answer to one of its requests.
     fn answer(&self, response: Response) {
-        let mut sink = self.responses.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut sink = self
+            .responses
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         let waker = futures_util::task::noop_waker_ref();
         let mut cx = Context::from_waker(waker);
         // Never pending; an error only once the server exited, when no one waits any more.

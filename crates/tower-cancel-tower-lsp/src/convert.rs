@@ -14,7 +14,10 @@ const REQUEST_CANCELLED: i64 = -32800;
 pub(crate) fn to_lsp(req: &Request, id: Option<jsonrpc::Id>) -> jsonrpc::Request {
     let mut lsp = jsonrpc::Request::build(req.method().to_owned());
     // The parser gave valid JSON; absent params stay absent (tower-lsp tells `null` from none).
-    if let Some(params) = req.params().and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok()) {
+    if let Some(params) = req
+        .params()
+        .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
+    {
         lsp = lsp.params(params);
     }
     if let Some(id) = id {

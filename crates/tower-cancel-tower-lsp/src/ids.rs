@@ -66,6 +66,9 @@ mod tests {
         assert_eq!(big, jsonrpc::Id::String(format!("{ALIAS_PREFIX}0")));
         assert_eq!(forged, jsonrpc::Id::String(format!("{ALIAS_PREFIX}1")));
         assert_eq!(other, jsonrpc::Id::String(format!("{ALIAS_PREFIX}2")));
-        assert_eq!(cancel_params(&big), json!({"id": format!("{ALIAS_PREFIX}0")}));
+        assert_eq!(
+            cancel_params(&big),
+            json!({"id": format!("{ALIAS_PREFIX}0")})
+        );
     }
 }

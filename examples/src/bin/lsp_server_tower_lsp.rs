@@ -53,7 +53,9 @@ impl Demo {
     /// `demo/stats`: this request is in the registry too, so it is not counted. Its params (`{}`) are ignored;
     /// tower-lsp refuses params given to a method declared without any.
     async fn stats(&self, _params: Value) -> Result<Value> {
-        Ok(self.stats.to_json_with(self.registry.len().saturating_sub(1)))
+        Ok(self
+            .stats
+            .to_json_with(self.registry.len().saturating_sub(1)))
     }
 }
 
