@@ -45,6 +45,9 @@
 //! connection closing), the client is sent `$/cancelRequest` for it, as tower-cancel's `CascadeLayer` does for its
 //! own handlers, and the `Client` call gets -32800.
 //!
+//! **Status: incomplete.** The handler is cancelled and answered as it should be, but in `tests/cascade.rs` (two
+//! tests ignored for it) the `$/cancelRequest` for its nested request is not yet seen on the wire.
+//!
 //! tower-lsp's messages carry nothing that says which handler sent them; the adapter knows by when they appear: it
 //! polls each handler holding the channel, and takes what the channel holds right after the poll as that
 //! handler's. That is exact for what a handler's own future sends. It is not for a task the server spawned itself
