@@ -1,0 +1,75 @@
+//! [tower-cancel](tower_cancel) for [tower-lsp-server](tower_lsp_server) 0.23: keep your `LanguageServer`, serve it
+//! with tower-cancel's driver and LSP stack.
+//!
+//! ```rust,ignore
+//! // Before: tower-lsp-server's own transport.
+//! let (service, socket) = LspService::new(|client| Backend { client });
+//! Server::new(stdin(), stdout(), socket).serve(service).await;
+//!
+//! // After: the same service, under tower-cancel.
+//! let adapter = LspAdapter::new(LspService::new(|client| Backend { client }));
+//! let exited = adapter.exited();
+//! let server = tower_cancel_io::Server::with_stack(CancelStack::lsp(), adapter);
+//! tokio::select! {
+//!     served = server.serve_stdio(Framing::ContentLength) => served?,
+//!     () = exited.cancelled() => {}
+//! }
+//! ```
+//!
+//! # What it gains
+//!
+//! Every guarantee of tower-cancel's stack and driver, for the server's own handlers: exactly one reply per request
+//! under every race, a cancel answered `{"code":-32800,"message":"Request cancelled"}` and the handler's future
+//! dropped; a `$/cancelRequest` that arrives before its request remembered (bounded); cancels never queued behind
+//! backpressure (tower-lsp's own transport reads nothing while 4 requests run); a client that stops reading cannot
+//! make the server buffer without bound; server-side timeouts (`CancelStack::lsp().timeout(..)`, answered -32800);
+//! a closed connection cancels what runs (tower-lsp's own `serve` waits for it forever); graceful shutdown;
+//! metrics and spans.
+//!
+//! # What it takes care of in tower-lsp
+//!
+//! - tower-lsp keeps an abort handle per running request, removed only when the request's future completes. The
+//!   stack drops a cancelled request's future instead, so the adapter removes the entry itself (a `$/cancelRequest`
+//!   given to the service, which takes it at once): otherwise the entry would stay forever and the id, reused,
+//!   would be refused with -32600. `tests/no_leak.rs` cancels 100 000 requests and reuses every id.
+//! - tower-lsp's cancel names an id as an `i32`: a request whose numeric id is outside `i32` runs inside tower-lsp
+//!   under a string alias, so that it can still be removed. The client never sees the alias.
+//! - tower-lsp answers nothing to a `$/` request it does not know: the adapter answers -32601.
+//!
+//! # The server's own requests to the client
+//!
+//! What the server sends through tower-lsp's `Client` (`send_request`, `show_message_request`, `configuration`,
+//! `log_message`, progress, ...) goes out through the connection's [`Peer`](tower_cancel::Peer), and each answer
+//! back to the waiting `Client`. A request sent by a handler goes out through that handler's child peer
+//! ([`Request::peer`](tower_cancel::Request::peer)): when the handler is cancelled (by the client, a timeout, the
+//! connection closing), the client is sent `$/cancelRequest` for it, as tower-cancel's `CascadeLayer` does for its
+//! own handlers, and the `Client` call gets -32800.
+//!
+//! **Status: incomplete.** The handler is cancelled and answered as it should be, but in `tests/cascade.rs` (two
+//! tests ignored for it) the `$/cancelRequest` for its nested request is not yet seen on the wire.
+//!
+//! tower-lsp's messages carry nothing that says which handler sent them; the adapter knows by when they appear: it
+//! polls each handler holding the channel, and takes what the channel holds right after the poll as that
+//! handler's. That is exact for what a handler's own future sends. It is not for a task the server spawned itself
+//! with a `Client` clone: on a multi-threaded runtime, a request such a task sends during a handler's poll may be
+//! taken for that handler's, and be cancelled with it. And with `Server::spawn_requests(true)` the handlers of a
+//! connection are polled one at a time (they run in parallel between polls only), since the channel is held across
+//! each poll. Requests sent while no handler is polled go out through the connection's peer, never cancelled by a
+//! handler.
+//!
+//! # Limits
+//!
+//! - One adapter per connection: tower-lsp's service is one conversation (its initialize state, its tables).
+//! - Serve it with `Server::with_stack` (or in a scope with the LSP dialect): without a peer, the server's
+//!   requests to the client are answered with an error and its notifications dropped.
+//! - tower-lsp's own concurrency limit and `Server` are not used: put a `ConcurrencyLimit` below the stack if you
+//!   want one.
+
+mod adapter;
+mod client;
+mod convert;
+mod future;
+mod ids;
+
+pub use adapter::LspAdapter;
+pub use future::ResponseFuture;
