@@ -699,7 +699,7 @@ fn latency_tables(
         for (count_index, &in_flight) in sizes.in_flight.iter().enumerate() {
             for peer in peers.clone() {
                 let peer_p99 = p99s(peer, count_index);
-                if peer_p99.is_empty() {
+                if peer_p99.is_empty() || peers::is_adapted(&all[peer]) {
                     continue;
                 }
                 let difference = Interval::of_differences(&peer_p99, &p99s(ours, count_index));
@@ -717,6 +717,29 @@ fn latency_tables(
                     .to_owned(),
                 ]);
             }
+        }
+    }
+    // Each framework under its adapter against itself alone: what its users pay (or gain) in cancel latency.
+    let index_of = |name: &str| all.iter().position(|t| t.name == name);
+    let mut adapted = Table::new(&[
+        "framework",
+        "in flight",
+        "p99 under the adapter − alone (µs)",
+    ]);
+    for (under, alone) in peers::ADAPTED {
+        let (Some(under), Some(alone)) = (index_of(under.name), index_of(alone.name)) else {
+            continue;
+        };
+        for (count_index, &in_flight) in sizes.in_flight.iter().enumerate() {
+            let (under_p99, alone_p99) = (p99s(under, count_index), p99s(alone, count_index));
+            if under_p99.is_empty() || alone_p99.is_empty() {
+                continue;
+            }
+            adapted.row(&[
+                all[alone].name.to_owned(),
+                in_flight.to_string(),
+                Interval::of_differences(&under_p99, &alone_p99).show(1),
+            ]);
         }
     }
     let largest = sizes.in_flight.len() - 1;
@@ -773,7 +796,9 @@ fn latency_tables(
              concurrency limit set to the work's real need (the requests held and the one behind them), and at \
              their defaults (tower-lsp-server 4, async-lsp the number of CPUs), which hold only 1 request with the \
              one behind it.\n\n{}\nOurs against each peer, round by round: the peer's p99 minus ours, with its 95% \
-             interval; \"lower\" when the whole interval is above 0.\n\n{}\nMemory: {held} requests held by their \
+             interval; \"lower\" when the whole interval is above 0. The \"+ tower-cancel\" rows (a framework \
+             under its adapter) are no peers: each is compared with its framework alone below.\n\n{}\nEach framework \
+             under its adapter against itself alone, round by round: positive when the adapter adds latency.\n\n{}\nMemory: {held} requests held by their \
              handlers over one connection, in a process that counts its heap (the `heap_bytes` binary) and does \
              nothing else: the whole process's heap growth from before the connection is made (so what a server \
              reserves when a connection starts counts) to all of them read, divided by their number. The client's \
@@ -783,6 +808,7 @@ fn latency_tables(
             sizes.cancel_samples,
             table.finish(),
             versus.finish(),
+            adapted.finish(),
             memory.finish()
         ),
         series,
@@ -875,6 +901,7 @@ fn mixed_table(sizes: &Sizes, targets: &mut Targets) -> Result<String, Box<dyn s
         "error replies per round",
         "tower-cancel / target",
     ]);
+    let mut measured: Vec<(&'static str, Vec<f64>)> = Vec::new();
     for group in [&LSP_TARGETS[..], &MCP_TARGETS[..]] {
         let mut runs = vec![Vec::new(); group.len()];
         let mut errors = vec![0; group.len()];
@@ -909,7 +936,7 @@ fn mixed_table(sizes: &Sizes, targets: &mut Targets) -> Result<String, Box<dyn s
                     ratio.show(2)
                 },
             ]);
-            if index > 0 {
+            if index > 0 && !peers::is_adapted(target) {
                 targets.add(
                     &format!(
                         "ahead of every peer on throughput, 10% cancelled: {}",
@@ -921,6 +948,17 @@ fn mixed_table(sizes: &Sizes, targets: &mut Targets) -> Result<String, Box<dyn s
                 );
             }
         }
+        measured.extend(group.iter().map(|t| t.name).zip(runs));
+    }
+    let runs_of = |name: &str| measured.iter().find(|(n, _)| *n == name).map(|(_, r)| r);
+    let mut adapted = Table::new(&["framework", "under the adapter / alone"]);
+    for (under, alone) in peers::ADAPTED {
+        if let (Some(under_runs), Some(alone_runs)) = (runs_of(under.name), runs_of(alone.name)) {
+            adapted.row(&[
+                alone.name.to_owned(),
+                Interval::of_ratios(under_runs, alone_runs).show(2),
+            ]);
+        }
     }
     Ok(format!(
         "In-memory duplex, 64 in flight, {} rounds of {} requests, the targets alternating within each round; every \
@@ -929,10 +967,14 @@ fn mixed_table(sizes: &Sizes, targets: &mut Targets) -> Result<String, Box<dyn s
          limit set to the work's need (64), and at their defaults (tower-lsp-server 4, async-lsp the number of \
          CPUs). Requests per second: the mean of the rounds with its 95% interval; the ratio is the mean of the \
          rounds' ratios. The peers are whole frameworks (routing, typed params and results, their own framing and \
-         main loop); ours is the layers over the `tower-cancel-io` driver and a plain handler.\n\n{}",
+         main loop); ours is the layers over the `tower-cancel-io` driver and a plain handler. A \"+ \
+         tower-cancel\" row is that framework's own server under its adapter crate (the stack and the driver in \
+         front of the framework's routing): no peer to be ahead of, it is compared with the framework alone, round \
+         by round (what a user of the framework pays in throughput for the stack's guarantees).\n\n{}\n{}",
         sizes.mixed_rounds,
         sizes.mixed_requests,
-        table.finish()
+        table.finish(),
+        adapted.finish()
     ))
 }
 

@@ -68,6 +68,18 @@ pub const RMCP_ADAPTED: Target = Target {
     serve: rmcp_adapted::serve,
 };
 
+/// Each framework under its adapter, with the framework alone: what a user of that framework gains or pays by
+/// putting it under the stack. The adapted targets run our stack, so they are no peers to be ahead of: the figures
+/// compare each with its framework alone instead.
+pub const ADAPTED: &[(Target, Target)] = &[(ASYNC_LSP_ADAPTED, ASYNC_LSP), (RMCP_ADAPTED, RMCP)];
+
+/// Whether `target` is a framework under its adapter (one of [`ADAPTED`]).
+pub fn is_adapted(target: &Target) -> bool {
+    ADAPTED
+        .iter()
+        .any(|(adapted, _)| adapted.name == target.name)
+}
+
 /// Every peer, to find one by name ([`crate::target::by_name`]).
 pub const ALL: &[Target] = &[
     TOWER_LSP,
