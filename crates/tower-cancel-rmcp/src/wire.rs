@@ -7,7 +7,7 @@ use rmcp::model::{
     ClientJsonRpcMessage, ClientResult, ErrorCode, ErrorData, JsonRpcError, JsonRpcResponse,
     JsonRpcVersion2_0, ProgressToken, RequestId,
 };
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use tower_cancel::{ErrorObject, PeerError, WireRequest};
 
 /// The message rmcp reads for the client's request `request`, under the bridge's id `link_id` (the client's own id
@@ -16,26 +16,32 @@ pub(crate) fn client_request(
     request: &WireRequest,
     link_id: i64,
 ) -> Result<ClientJsonRpcMessage, ErrorObject> {
-    serde_json::from_value(envelope(request, Some(link_id))).map_err(ErrorObject::invalid_params)
+    serde_json::from_str(&envelope(request, Some(link_id))).map_err(ErrorObject::invalid_params)
 }
 
 /// The message rmcp reads for the client's notification `notification`, if rmcp can read it.
 pub(crate) fn client_notification(notification: &WireRequest) -> Option<ClientJsonRpcMessage> {
-    serde_json::from_value(envelope(notification, None)).ok()
+    serde_json::from_str(&envelope(notification, None)).ok()
 }
 
-fn envelope(request: &WireRequest, id: Option<i64>) -> Value {
-    let mut message = Map::new();
-    message.insert("jsonrpc".into(), json!("2.0"));
+/// The message as text, its params spliced in raw as they came off the wire: rmcp reads it in one pass, as it reads
+/// a line of its own transport (building a `Value` first would parse the params twice).
+fn envelope(request: &WireRequest, id: Option<i64>) -> String {
+    let method = serde_json::to_string(request.method()).expect("a string serializes");
+    let params = request.params().map(|params| params.get());
+    let mut message = String::with_capacity(48 + method.len() + params.map_or(0, str::len));
+    message.push_str(r#"{"jsonrpc":"2.0","#);
     if let Some(id) = id {
-        message.insert("id".into(), json!(id));
+        message.push_str(&format!(r#""id":{id},"#));
     }
-    message.insert("method".into(), json!(request.method()));
-    if let Some(params) = request.params() {
-        let params = serde_json::from_str(params.get()).unwrap_or(Value::Null);
-        message.insert("params".into(), params);
+    message.push_str(r#""method":"#);
+    message.push_str(&method);
+    if let Some(params) = params {
+        message.push_str(r#","params":"#);
+        message.push_str(params);
     }
-    Value::Object(message)
+    message.push('}');
+    message
 }
 
 /// The cancel rmcp reads for its request `link_id`: it fires that handler's `ct`.
