@@ -100,6 +100,16 @@ impl TestServer {
         Ok(json!({ "slept": ms }))
     }
 
+    /// `test/askbriefly {"ms"}`: asks the client `test/ask`, but answers `"gave up"` if the client has not
+    /// answered within `ms` (the handler then ends while its request to the client still waits).
+    async fn ask_briefly(&self, params: Value) -> Result<Value> {
+        let ms = params["ms"].as_u64().unwrap_or(0);
+        tokio::select! {
+            answer = self.client.send_request::<Ask>(params) => answer,
+            () = tokio::time::sleep(Duration::from_millis(ms)) => Ok(json!("gave up")),
+        }
+    }
+
     /// `test/echo`: answers its params at once.
     async fn echo(&self, params: Value) -> Result<Value> {
         Ok(params)
@@ -121,6 +131,8 @@ pub struct Peer {
     writer: Option<WriteHalf<DuplexStream>>,
     pub registry: Registry,
     pub counters: Arc<Counters>,
+    /// A clone of the adapter being served (for its counters).
+    pub adapter: LspAdapter<TestServer>,
     pub served: JoinHandle<std::io::Result<()>>,
 }
 
@@ -140,8 +152,10 @@ impl Peer {
         .custom_method("test/sleep", TestServer::sleep)
         .custom_method("test/echo", TestServer::echo)
         .custom_method("test/ask", TestServer::ask)
+        .custom_method("test/askbriefly", TestServer::ask_briefly)
         .finish();
-        let server = Server::with_stack(stack().timeouts(timeouts), LspAdapter::new(service));
+        let adapter = LspAdapter::new(service);
+        let server = Server::with_stack(stack().timeouts(timeouts), adapter.clone());
         let registry = server.registry().clone();
         let (ours, theirs) = tokio::io::duplex(1 << 20);
         let (read, write) = tokio::io::split(theirs);
@@ -152,6 +166,7 @@ impl Peer {
             writer: Some(writer),
             registry,
             counters,
+            adapter,
             served,
         };
         peer.send(
