@@ -167,10 +167,11 @@ const QUICK: Sizes = Sizes {
 
 /// Ours first, then the hand-written baseline, the peers with their limits set to the work's real need, then the
 /// peers at their defaults.
-const LSP_TARGETS: [Target; 7] = [
+const LSP_TARGETS: [Target; 8] = [
     LSP_STACK,
     peers::BASELINE,
     peers::TOWER_LSP,
+    peers::TOWER_LSP_ADAPTED,
     peers::ASYNC_LSP,
     peers::ASYNC_LSP_ADAPTED,
     peers::TOWER_LSP_DEFAULTS,

@@ -77,6 +77,13 @@ impl<S: LanguageServer> LspAdapter<S> {
         }
     }
 
+    /// How many requests the server sent to the client (through tower-lsp's `Client`) still wait for their
+    /// answer: each is answered into tower-lsp (freeing its waiter) when the client answers, when it is cancelled
+    /// or times out, or when the connection closes. 0 once the connection is idle.
+    pub fn client_requests_waiting(&self) -> usize {
+        self.shared.client.waiting()
+    }
+
     /// Cancelled once the client sent `exit`: end the process (or the connection) then, as LSP says.
     pub fn exited(&self) -> CancellationToken {
         self.shared.exited.clone()

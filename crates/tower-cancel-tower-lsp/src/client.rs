@@ -6,8 +6,9 @@
 //! tower-lsp's `Client` puts a request in the socket's channel and waits for its answer; nothing in the message
 //! says which handler sent it. The adapter tells by time: each handler is polled with the channel locked, and what
 //! the channel holds right after that poll was put there during it, by that handler. Such a request goes out
-//! through the handler's child [`Peer`] (`Request::peer`), so that cancelling the handler cancels it on the wire.
-//! Everything else (sent by a task of the server's own, or while no handler runs) is taken by a forwarding task,
+//! through the handler's child [`Peer`] (`Request::peer`), so that cancelling the handler cancels it on the wire,
+//! and it is also cancelled when the handler's future ends (finished or dropped) while the request still waits:
+//! nobody reads its answer then. Everything else (sent by a task of the server's own, or while no handler runs) is taken by a forwarding task,
 //! under the same lock, and sent through the connection's peer.
 //!
 //! The attribution is exact for what a handler's own future sends. A task the server spawned itself, running on
@@ -25,7 +26,7 @@ use std::{
     future::poll_fn,
     pin::Pin,
     sync::{
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicUsize, Ordering},
         Arc, Mutex, MutexGuard, PoisonError,
     },
     task::{Context, Poll, Wake, Waker},
@@ -57,6 +58,8 @@ pub(crate) struct ClientSide {
     responses: Mutex<ResponseSink>,
     relay: Arc<Relay>,
     forwarding: AtomicBool,
+    /// The server's requests sent to the client whose answer tower-lsp has not been given yet.
+    waiting: AtomicUsize,
     /// Stops the forwarding task: the adapter is gone.
     stop: CancellationToken,
 }
@@ -89,6 +92,7 @@ impl ClientSide {
             responses: Mutex::new(responses),
             relay: Arc::default(),
             forwarding: AtomicBool::new(false),
+            waiting: AtomicUsize::new(0),
             stop: CancellationToken::new(),
         }
     }
@@ -99,21 +103,32 @@ impl ClientSide {
         self.requests.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Send everything in the channel through `peer` (the handler's child, or the connection's). Returns `true`
-    /// when the channel is closed (the server exited).
-    pub(crate) fn drain(self: &Arc<Self>, turn: &mut Turn<'_>, peer: Option<&Peer>) -> bool {
+    /// Send everything in the channel through `peer` (the handler's child, or the connection's); the requests
+    /// among it end with `handler` when one is given. Returns `true` when the channel is closed (the server
+    /// exited).
+    pub(crate) fn drain(
+        self: &Arc<Self>,
+        turn: &mut Turn<'_>,
+        peer: Option<&Peer>,
+        mut handler: Option<&mut HandlerEnd>,
+    ) -> bool {
         let waker = Waker::from(self.relay.clone());
         let mut cx = Context::from_waker(&waker);
         loop {
             match Pin::new(&mut **turn).poll_next(&mut cx) {
-                Poll::Ready(Some(message)) => self.forward(message, peer),
+                Poll::Ready(Some(message)) => self.forward(message, peer, handler.as_deref_mut()),
                 Poll::Ready(None) => return true,
                 Poll::Pending => return false,
             }
         }
     }
 
-    fn forward(self: &Arc<Self>, message: jsonrpc::Request, peer: Option<&Peer>) {
+    fn forward(
+        self: &Arc<Self>,
+        message: jsonrpc::Request,
+        peer: Option<&Peer>,
+        handler: Option<&mut HandlerEnd>,
+    ) {
         let (method, id, params) = message.into_parts();
         match (id, peer) {
             (None, Some(peer)) => {
@@ -125,13 +140,21 @@ impl ClientSide {
             }
             (None, None) => tracing::debug!(%method, "no peer to send the notification to"),
             (Some(id), Some(peer)) => {
-                // Sent now, in order; its answer (or its end) is awaited on a task of its own, so that it outlives
-                // the handler if the handler stops waiting for it. A child call still ends with its handler.
-                let call = peer.request(method.into_owned(), params);
+                let mut call = peer.request(method.into_owned(), params);
+                if let Some(handler) = handler {
+                    // Nobody reads the answer once the handler's future is gone: stop waiting at once (the client
+                    // is sent the cancel), and give tower-lsp's waiter its -32800 now, not when (if ever) the
+                    // client answers the cancelled request.
+                    call = call.cancel_on(handler.token()).wait_after_cancel(false);
+                }
+                // Sent now, in order; its answer (or its end) is awaited on a task of its own: the handler may be
+                // dropped while it waits, and tower-lsp's waiter must be answered all the same.
+                self.waiting.fetch_add(1, Ordering::SeqCst);
                 let side = self.clone();
                 tokio::spawn(async move {
                     let answer = call.await;
                     side.answer(Response::from_parts(id, client_answer(answer)));
+                    side.waiting.fetch_sub(1, Ordering::SeqCst);
                 });
             }
             (Some(id), None) => {
@@ -140,6 +163,11 @@ impl ClientSide {
                 self.answer(Response::from_parts(id, Err::<Value, _>(error)));
             }
         }
+    }
+
+    /// The server's requests sent to the client and not answered into tower-lsp yet.
+    pub(crate) fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::SeqCst)
     }
 
     /// Give tower-lsp the answer to one of its requests.
@@ -168,7 +196,7 @@ impl ClientSide {
             let drained = poll_fn(|cx| {
                 side.relay.task.register(cx.waker());
                 let mut turn = side.turn();
-                if side.drain(&mut turn, Some(&peer)) {
+                if side.drain(&mut turn, Some(&peer), None) {
                     Poll::Ready(())
                 } else {
                     Poll::Pending
@@ -181,5 +209,33 @@ impl ClientSide {
     /// Stop forwarding (the adapter is gone).
     pub(crate) fn stop(&self) {
         self.stop.cancel();
+    }
+}
+
+/// The end of one handler's future: what its requests to the client are cancelled on (made with its first one:
+/// most handlers make none). Fires when dropped.
+#[derive(Debug, Default)]
+pub(crate) struct HandlerEnd {
+    token: Option<CancellationToken>,
+}
+
+impl HandlerEnd {
+    fn token(&mut self) -> CancellationToken {
+        self.token
+            .get_or_insert_with(CancellationToken::new)
+            .clone()
+    }
+
+    /// The handler's future ended: its requests still waiting are cancelled.
+    pub(crate) fn fire(&mut self) {
+        if let Some(token) = self.token.take() {
+            token.cancel();
+        }
+    }
+}
+
+impl Drop for HandlerEnd {
+    fn drop(&mut self) {
+        self.fire();
     }
 }

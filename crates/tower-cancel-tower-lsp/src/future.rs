@@ -16,7 +16,7 @@ use tower_lsp_server::jsonrpc;
 
 use crate::{
     adapter::{Forget, LspAnswer},
-    client::ClientSide,
+    client::{ClientSide, HandlerEnd},
     convert,
 };
 
@@ -28,6 +28,8 @@ pub struct ResponseFuture {
     guard: Option<CancelGuard>,
     client: Arc<ClientSide>,
     peer: Option<Peer>,
+    /// Cancels the requests the handler made to the client that still wait, when the handler's future ends.
+    end: HandlerEnd,
     method: Box<str>,
 }
 
@@ -53,6 +55,7 @@ impl ResponseFuture {
             guard,
             client,
             peer,
+            end: HandlerEnd::default(),
             method: method.into(),
         }
     }
@@ -71,14 +74,16 @@ impl Future for ResponseFuture {
             // held across both, keeps anyone else from taking it first.
             let mut turn = this.client.turn();
             let polled = answer.as_mut().poll(cx);
-            this.client.drain(&mut turn, this.peer.as_ref());
+            this.client
+                .drain(&mut turn, this.peer.as_ref(), Some(&mut this.end));
             polled
         };
         let Poll::Ready(answer) = polled else {
             return Poll::Pending;
         };
-        // tower-lsp removed the request from its table itself.
+        // tower-lsp removed the request from its table itself; the handler's future is gone.
         this.answer = None;
+        this.end.fire();
         let request = this.guard.take().is_some();
         Poll::Ready(convert::from_lsp(answer, &this.method, request))
     }

@@ -43,19 +43,26 @@
 //! back to the waiting `Client`. A request sent by a handler goes out through that handler's child peer
 //! ([`Request::peer`](tower_cancel::Request::peer)): when the handler is cancelled (by the client, a timeout, the
 //! connection closing), the client is sent `$/cancelRequest` for it, as tower-cancel's `CascadeLayer` does for its
-//! own handlers, and the `Client` call gets -32800.
-//!
-//! **Status: incomplete.** The handler is cancelled and answered as it should be, but in `tests/cascade.rs` (two
-//! tests ignored for it) the `$/cancelRequest` for its nested request is not yet seen on the wire.
+//! own handlers. It is cancelled the same way when the handler's future ends while it still waits (a handler that
+//! stopped waiting for it, in a `select!` say): nobody would read its answer. Either way tower-lsp's waiter is
+//! given -32800 at once, without waiting for the client to answer the cancelled request (a late answer is
+//! dropped), and a closed connection gives every waiter an error: none is left behind
+//! ([`LspAdapter::client_requests_waiting`] counts them). `tests/cascade.rs` checks each case on the wire.
 //!
 //! tower-lsp's messages carry nothing that says which handler sent them; the adapter knows by when they appear: it
 //! polls each handler holding the channel, and takes what the channel holds right after the poll as that
-//! handler's. That is exact for what a handler's own future sends. It is not for a task the server spawned itself
-//! with a `Client` clone: on a multi-threaded runtime, a request such a task sends during a handler's poll may be
-//! taken for that handler's, and be cancelled with it. And with `Server::spawn_requests(true)` the handlers of a
-//! connection are polled one at a time (they run in parallel between polls only), since the channel is held across
-//! each poll. Requests sent while no handler is polled go out through the connection's peer, never cancelled by a
-//! handler.
+//! handler's. That is exact for what a handler's own future sends. The limits that follow from it:
+//!
+//! - A request sent outside any handler's poll (by a task the server spawned with a `Client` clone, even from a
+//!   handler) goes out through the connection's peer: it is never cancelled with a handler, it ends when the
+//!   client answers or the connection closes. On a multi-threaded runtime, though, a request such a task puts in
+//!   the channel at the very instant a handler is polled on another thread is taken for that handler's, and is
+//!   cancelled if that handler is.
+//! - The channel is held across each poll: with `Server::spawn_requests(true)` the handlers of one connection are
+//!   polled one at a time (they still run concurrently, as on the default inline driver and in tower-lsp's own
+//!   `Server`).
+//! - A notification handler (`initialized`, `didOpen`, ...) has no request to be cancelled with: its requests to
+//!   the client are cancelled only if its future ends (or is dropped) while they wait.
 //!
 //! # Limits
 //!

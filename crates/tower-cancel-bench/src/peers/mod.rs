@@ -9,6 +9,7 @@ pub mod rmcp;
 pub mod rmcp_adapted;
 pub mod rmcp_http;
 pub mod tower_lsp;
+pub mod tower_lsp_adapted;
 
 use crate::target::{Protocol, Target};
 
@@ -24,6 +25,14 @@ pub const TOWER_LSP_DEFAULTS: Target = Target {
     name: "tower-lsp-server 0.23, defaults (limit 4)",
     protocol: Protocol::Lsp,
     serve: tower_lsp::serve_defaults,
+};
+
+/// tower-lsp-server's `LspService` behind tower-cancel (`tower-cancel-tower-lsp`): its own `Server` (and its
+/// concurrency level) replaced by tower-cancel's driver and stack.
+pub const TOWER_LSP_ADAPTED: Target = Target {
+    name: "tower-lsp-server 0.23 + tower-cancel",
+    protocol: Protocol::Lsp,
+    serve: tower_lsp_adapted::serve,
 };
 
 /// async-lsp, its concurrency limit set to the work's real need.
@@ -84,6 +93,7 @@ pub fn is_adapted(target: &Target) -> bool {
 pub const ALL: &[Target] = &[
     TOWER_LSP,
     TOWER_LSP_DEFAULTS,
+    TOWER_LSP_ADAPTED,
     ASYNC_LSP,
     ASYNC_LSP_DEFAULTS,
     ASYNC_LSP_ADAPTED,

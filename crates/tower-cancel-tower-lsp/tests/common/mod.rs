@@ -100,6 +100,16 @@ impl TestServer {
         Ok(json!({ "slept": ms }))
     }
 
+    /// `test/askbriefly {"ms"}`: asks the client `test/ask`, but answers `"gave up"` if the client has not
+    /// answered within `ms` (the handler then ends while its request to the client still waits).
+    async fn ask_briefly(&self, params: Value) -> Result<Value> {
+        let ms = params["ms"].as_u64().unwrap_or(0);
+        tokio::select! {
+            answer = self.client.send_request::<Ask>(params) => answer,
+            () = tokio::time::sleep(Duration::from_millis(ms)) => Ok(json!("gave up")),
+        }
+    }
+
     /// `test/echo`: answers its params at once.
     async fn echo(&self, params: Value) -> Result<Value> {
         Ok(params)
@@ -117,10 +127,13 @@ impl TestServer {
 
 /// The client's side of a served connection.
 pub struct Peer {
-    reader: BufReader<ReadHalf<DuplexStream>>,
+    /// `None` once reading goes on in the background ([`Peer::read_in_background`]).
+    reader: Option<BufReader<ReadHalf<DuplexStream>>>,
     writer: Option<WriteHalf<DuplexStream>>,
     pub registry: Registry,
     pub counters: Arc<Counters>,
+    /// A clone of the adapter being served (for its counters).
+    pub adapter: LspAdapter<TestServer>,
     pub served: JoinHandle<std::io::Result<()>>,
 }
 
@@ -140,18 +153,21 @@ impl Peer {
         .custom_method("test/sleep", TestServer::sleep)
         .custom_method("test/echo", TestServer::echo)
         .custom_method("test/ask", TestServer::ask)
+        .custom_method("test/askbriefly", TestServer::ask_briefly)
         .finish();
-        let server = Server::with_stack(stack().timeouts(timeouts), LspAdapter::new(service));
+        let adapter = LspAdapter::new(service);
+        let server = Server::with_stack(stack().timeouts(timeouts), adapter.clone());
         let registry = server.registry().clone();
         let (ours, theirs) = tokio::io::duplex(1 << 20);
         let (read, write) = tokio::io::split(theirs);
         let served = tokio::spawn(server.serve(read, write, Framing::ContentLength));
         let (reader, writer) = tokio::io::split(ours);
         let mut peer = Self {
-            reader: BufReader::new(reader),
+            reader: Some(BufReader::new(reader)),
             writer: Some(writer),
             registry,
             counters,
+            adapter,
             served,
         };
         peer.send(
@@ -188,22 +204,23 @@ impl Peer {
 
     /// The next frame's body, as it was on the wire.
     pub async fn recv_raw(&mut self) -> String {
-        let mut length = None;
-        loop {
-            let mut line = String::new();
-            let n = self.reader.read_line(&mut line).await.unwrap();
-            assert!(n > 0, "the server closed the connection");
-            let line = line.trim_end();
-            if line.is_empty() {
-                break;
+        let reader = self.reader.as_mut().expect("not read in the background");
+        read_frame(reader)
+            .await
+            .expect("the server closed the connection")
+    }
+
+    /// From now on, read every frame on a task of its own: each body, parsed, arrives on the returned channel
+    /// (which ends when the server closes the connection).
+    pub fn read_in_background(&mut self) -> tokio::sync::mpsc::UnboundedReceiver<Value> {
+        let mut reader = self.reader.take().expect("read once in the background");
+        let (frames, received) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Some(body) = read_frame(&mut reader).await {
+                let _ = frames.send(serde_json::from_str(&body).unwrap());
             }
-            if let Some(value) = line.strip_prefix("Content-Length: ") {
-                length = Some(value.parse::<usize>().unwrap());
-            }
-        }
-        let mut body = vec![0; length.expect("a Content-Length header")];
-        self.reader.read_exact(&mut body).await.unwrap();
-        String::from_utf8(body).unwrap()
+        });
+        received
     }
 
     pub async fn recv(&mut self) -> Value {
@@ -220,12 +237,34 @@ impl Peer {
     /// Nothing more arrives before `wait` passes.
     pub async fn expect_silence(&mut self, wait: Duration) {
         let mut byte = [0u8; 1];
-        let read = tokio::time::timeout(wait, self.reader.read(&mut byte)).await;
+        let reader = self.reader.as_mut().expect("not read in the background");
+        let read = tokio::time::timeout(wait, reader.read(&mut byte)).await;
         assert!(
             read.is_err() || matches!(read, Ok(Ok(0))),
             "unexpected bytes from the server"
         );
     }
+}
+
+/// The next frame's body, or `None` at the end of the stream.
+async fn read_frame(reader: &mut BufReader<ReadHalf<DuplexStream>>) -> Option<String> {
+    let mut length = None;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).await.unwrap() == 0 {
+            return None;
+        }
+        let line = line.trim_end();
+        if line.is_empty() {
+            break;
+        }
+        if let Some(value) = line.strip_prefix("Content-Length: ") {
+            length = Some(value.parse::<usize>().unwrap());
+        }
+    }
+    let mut body = vec![0; length.expect("a Content-Length header")];
+    reader.read_exact(&mut body).await.unwrap();
+    Some(String::from_utf8(body).unwrap())
 }
 
 /// Let the server's tasks run (under a paused clock, time advances only when every task waits).
