@@ -80,7 +80,11 @@ pub const RMCP_ADAPTED: Target = Target {
 /// Each framework under its adapter, with the framework alone: what a user of that framework gains or pays by
 /// putting it under the stack. The adapted targets run our stack, so they are no peers to be ahead of: the figures
 /// compare each with its framework alone instead.
-pub const ADAPTED: &[(Target, Target)] = &[(ASYNC_LSP_ADAPTED, ASYNC_LSP), (RMCP_ADAPTED, RMCP)];
+pub const ADAPTED: &[(Target, Target)] = &[
+    (TOWER_LSP_ADAPTED, TOWER_LSP),
+    (ASYNC_LSP_ADAPTED, ASYNC_LSP),
+    (RMCP_ADAPTED, RMCP),
+];
 
 /// Whether `target` is a framework under its adapter (one of [`ADAPTED`]).
 pub fn is_adapted(target: &Target) -> bool {
