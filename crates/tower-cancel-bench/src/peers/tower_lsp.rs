@@ -44,8 +44,8 @@ use crate::{
     target::{BoxRead, BoxWrite, ServeFuture},
 };
 
-/// The language server: no state, default capabilities.
-struct Bench;
+/// The language server: no state, default capabilities (also the one served under the adapter).
+pub(super) struct Bench;
 
 impl LanguageServer for Bench {
     async fn initialize(&self, _: InitializeParams) -> Result<InitializeResult> {
@@ -59,7 +59,7 @@ impl LanguageServer for Bench {
 
 impl Bench {
     /// `bench/work`: the workload itself; the library drops this future on a cancel.
-    async fn work(&self, params: WorkParams) -> Result<&'static str> {
+    pub(super) async fn work(&self, params: WorkParams) -> Result<&'static str> {
         work(params).await;
         Ok("done")
     }

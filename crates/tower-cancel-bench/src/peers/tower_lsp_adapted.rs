@@ -22,37 +22,10 @@
 use tower_cancel::CancelStack;
 use tower_cancel_io::{Framing, Server};
 use tower_cancel_tower_lsp::LspAdapter;
-use tower_lsp_server::{
-    jsonrpc::Result,
-    ls_types::{InitializeParams, InitializeResult},
-    LanguageServer, LspService,
-};
+use tower_lsp_server::LspService;
 
-use crate::{
-    probe::{work, WorkParams},
-    target::{BoxRead, BoxWrite, ServeFuture},
-};
-
-/// The language server of [`super::tower_lsp`]: no state, default capabilities.
-struct Bench;
-
-impl LanguageServer for Bench {
-    async fn initialize(&self, _: InitializeParams) -> Result<InitializeResult> {
-        Ok(InitializeResult::default())
-    }
-
-    async fn shutdown(&self) -> Result<()> {
-        Ok(())
-    }
-}
-
-impl Bench {
-    /// `bench/work`: the workload itself; the stack drops this future on a cancel.
-    async fn work(&self, params: WorkParams) -> Result<&'static str> {
-        work(params).await;
-        Ok("done")
-    }
-}
+use super::tower_lsp::Bench;
+use crate::target::{BoxRead, BoxWrite, ServeFuture};
 
 /// Serves one connection with tower-lsp-server's service behind tower-cancel, until the client closes its side.
 pub fn serve(reader: BoxRead, writer: BoxWrite, _need: usize) -> ServeFuture {
