@@ -32,6 +32,13 @@ pub struct Versions {
     pub default: &'static str,
 }
 
+/// The versions of the HTTP examples: `initialize` answers the client's version if the endpoint speaks it with
+/// sessions, else the newest one.
+pub const HTTP_VERSIONS: Versions = Versions {
+    known: tower_cancel_http::mcp::SESSION_VERSIONS,
+    default: "2025-11-25",
+};
+
 /// The tools' state, shared by every request of a server (cheap to clone).
 #[derive(Clone, Debug)]
 pub struct Tools {

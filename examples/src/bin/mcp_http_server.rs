@@ -17,22 +17,16 @@
 //! make room, 503 when every one is busy).
 
 use axum::{routing::any_service, Router};
-use examples::mcp::{Tools, Versions};
+use examples::mcp::{Tools, HTTP_VERSIONS};
 use tower::{service_fn, ServiceBuilder};
 use tower_cancel::CancelStack;
-use tower_cancel_http::{mcp::SESSION_VERSIONS, McpHttp};
-
-/// `initialize` answers the client's version if the endpoint speaks it with sessions, else the newest one.
-const VERSIONS: Versions = Versions {
-    known: SESSION_VERSIONS,
-    default: "2025-11-25",
-};
+use tower_cancel_http::McpHttp;
 
 #[tokio::main]
 async fn main() -> std::io::Result<()> {
     examples::init_tracing();
     let addr = examples::string_arg("--addr").unwrap_or_else(|| "127.0.0.1:0".into());
-    let tools = Tools::new(VERSIONS);
+    let tools = Tools::new(HTTP_VERSIONS);
     let in_flight = tools.in_flight().clone();
     let stack = ServiceBuilder::new()
         .layer(CancelStack::mcp().timeouts(examples::timeouts_from_args()))

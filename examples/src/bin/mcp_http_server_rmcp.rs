@@ -10,23 +10,17 @@
 //! Once bound it prints one line, `listening on http://ADDR/mcp` (with the real port when asked for port 0).
 
 use axum::{routing::any_service, Router};
-use examples::{mcp::Versions, mcp_rmcp::RmcpTools};
+use examples::{mcp::HTTP_VERSIONS, mcp_rmcp::RmcpTools};
 use tower::ServiceBuilder;
 use tower_cancel::CancelStack;
-use tower_cancel_http::{mcp::SESSION_VERSIONS, McpHttp};
+use tower_cancel_http::McpHttp;
 use tower_cancel_rmcp::RmcpService;
-
-/// `initialize` answers the client's version if the endpoint speaks it with sessions, else the newest one.
-const VERSIONS: Versions = Versions {
-    known: SESSION_VERSIONS,
-    default: "2025-11-25",
-};
 
 #[tokio::main]
 async fn main() -> std::io::Result<()> {
     examples::init_tracing();
     let addr = examples::string_arg("--addr").unwrap_or_else(|| "127.0.0.1:0".into());
-    let tools = RmcpTools::new(VERSIONS);
+    let tools = RmcpTools::new(HTTP_VERSIONS);
     let in_flight = tools.in_flight().clone();
     let rmcp = RmcpService::new(tools);
     let stack = ServiceBuilder::new()
