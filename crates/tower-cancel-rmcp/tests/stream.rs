@@ -164,6 +164,26 @@ async fn bad_params_are_answered_and_the_connection_goes_on() {
     assert_empty(&rmcp, &registry);
 }
 
+/// rmcp runs a handler on a task of its own and never answers one that panicked: the bridge's net answers it
+/// -32603, as the stack answers its own handlers' panics, and the connection goes on.
+#[tokio::test]
+async fn a_panicking_handler_is_answered_32603_and_the_connection_goes_on() {
+    let mut client = Client::connect().await;
+    client.call(json!(11), "panic", json!({ "tag": 11 })).await;
+    let reply = client.next().await.unwrap();
+    assert_eq!(
+        reply,
+        json!({"jsonrpc": "2.0", "id": 11, "error": {"code": -32603, "message": "handler panicked"}})
+    );
+    client
+        .call(json!(12), "work", json!({ "ms": 1, "tag": 12 }))
+        .await;
+    let reply = client.next().await.unwrap();
+    assert_eq!(reply["result"]["content"][0]["text"], "done 12", "{reply}");
+    let (_, _, rmcp, registry) = client.close().await;
+    assert_empty(&rmcp, &registry);
+}
+
 /// The no-leak check: many calls cancelled, every handler stopped, every table empty.
 #[tokio::test]
 async fn many_cancelled_calls_leave_every_table_empty() {

@@ -132,6 +132,7 @@ impl ServerHandler for Probe {
                     Err(ErrorData::internal_error("cancelled", None))
                 }
             },
+            "panic" => panic!("the handler of call {} panicked", args.tag),
             other => Err(ErrorData::invalid_params(format!("no tool {other}"), None)),
         }
     }
