@@ -1,4 +1,4 @@
-//! tower-lsp-server 0.23 under tower-cancel (`tower-cancel-tower-lsp`): the same [`LanguageServer`] as
+//! tower-lsp-server 0.23 under tower-cancel (`tower-cancel-tower-lsp`): the same [`LanguageServer`](tower_lsp_server::LanguageServer) as
 //! [`super::tower_lsp`] (`initialize`, `bench/work` through `custom_method`), its `LspService` served by
 //! [`tower_cancel_io::Server`] behind [`CancelStack::lsp`] instead of by tower-lsp's own `Server`.
 //!
