@@ -1,0 +1,165 @@
+//! [`CancelRpcLayer`]: the configuration, and the handle on what it serves (its calls in flight, its shutdown).
+
+use std::{future::Future, sync::Arc, time::Duration};
+
+use jsonrpsee::server::middleware::rpc::{MethodResponse, RpcServiceT};
+use tower_cancel::{
+    cancel::Cancel, dialect::Lsp, timeout::Timeout, CancelLayer, Mode, Outbox, Scope, TimeoutLayer,
+};
+use tower_cancel_http::front::{Front, FrontStats, OnHangUp};
+use tower_layer::Layer;
+
+use crate::{
+    bridge::Bridge,
+    service::{CancelRpc, Opened},
+};
+
+/// The stack every call goes through: tower-cancel's cancel layer (LSP's cancel message and -32800), over its
+/// timeout layer, over the jsonrpsee service below.
+pub(crate) type Stack = Cancel<Timeout<Bridge>, Lsp>;
+
+/// The largest batch reply, by default: jsonrpsee's own default `max_response_body_size` (10 MiB).
+pub const DEFAULT_MAX_BATCH_REPLY_BYTES: usize = 10 * 1024 * 1024;
+
+/// A jsonrpsee RPC middleware that makes every call cancellable: mount it with
+/// `RpcServiceBuilder::new().layer(layer)` in `Server::builder().set_rpc_middleware(..)` (or a
+/// `to_service_builder()`). See the [crate docs](crate).
+///
+/// Clones share what they serve: [`in_flight`](Self::in_flight), [`stats`](Self::stats) and
+/// [`shutdown`](Self::shutdown) see every connection of every clone. Configure it before mounting it.
+#[derive(Clone, Debug)]
+pub struct CancelRpcLayer {
+    config: Arc<Config>,
+}
+
+/// What every connection's middleware shares.
+#[derive(Clone, Debug)]
+pub(crate) struct Config {
+    pub(crate) front: Front,
+    cancel: CancelLayer<Lsp>,
+    timeouts: TimeoutLayer,
+    pub(crate) stack: Stack,
+    pub(crate) cancel_messages: bool,
+    pub(crate) max_batch_reply_bytes: usize,
+}
+
+impl Config {
+    /// The link of a connection (a WebSocket, or one HTTP request): an exchange of a scope of its own, in the
+    /// front's table (a shutdown reaches it), whose drop cancels what it still runs.
+    pub(crate) fn open(&self, _extensions: &http::Extensions) -> Opened {
+        let connection = Scope::new().connect_exchange(Outbox::closed());
+        Opened::new(self.front.link(connection, OnHangUp::Cancel))
+    }
+}
+
+impl CancelRpcLayer {
+    /// Every call cancellable: by its WebSocket closing, its HTTP client hanging up, or a shutdown; no timeout, no
+    /// cancel message (turn them on with [`timeout`](Self::timeout) and [`cancel_messages`](Self::cancel_messages)).
+    pub fn new() -> Self {
+        let cancel = CancelLayer::new(Lsp);
+        let timeouts = TimeoutLayer::none();
+        Self {
+            config: Arc::new(Config {
+                front: Front::new(),
+                stack: build(&cancel, &timeouts),
+                cancel,
+                timeouts,
+                cancel_messages: false,
+                max_batch_reply_bytes: DEFAULT_MAX_BATCH_REPLY_BYTES,
+            }),
+        }
+    }
+
+    /// Take the client's `$/cancelRequest {"id": ..}` notifications (the LSP shape), off by default: one sent on a
+    /// WebSocket stops the call of that id on the same WebSocket, which is answered -32800 `Request cancelled`; one
+    /// that comes before its call is remembered (a bounded window), and the call is answered so without running.
+    /// The notification never reaches jsonrpsee. Off, it goes to jsonrpsee as any notification does.
+    pub fn cancel_messages(self, take: bool) -> Self {
+        self.configure(|config| config.cancel_messages = take)
+    }
+
+    /// A server-side timeout for every call: one running past it is stopped and answered -32800.
+    pub fn timeout(self, timeout: Duration) -> Self {
+        self.timeouts(TimeoutLayer::new(timeout))
+    }
+
+    /// Server-side timeouts, per method if you like ([`TimeoutLayer::method`]).
+    pub fn timeouts(self, timeouts: TimeoutLayer) -> Self {
+        self.configure(|config| config.timeouts = timeouts)
+    }
+
+    /// How a cancelled handler is stopped: its future dropped at once ([`Mode::Abort`], the default), or its
+    /// [`RequestContext`](tower_cancel::RequestContext)'s token fired and a grace to answer in
+    /// ([`Mode::Cooperative`]).
+    pub fn mode(self, mode: Mode) -> Self {
+        self.configure(|config| config.cancel = config.cancel.clone().mode(mode))
+    }
+
+    /// The largest batch reply ([`DEFAULT_MAX_BATCH_REPLY_BYTES`], jsonrpsee's own default): past it the batch is
+    /// answered with jsonrpsee's -32011 error, as jsonrpsee answers it.
+    pub fn max_batch_reply_bytes(self, bytes: usize) -> Self {
+        self.configure(|config| config.max_batch_reply_bytes = bytes)
+    }
+
+    /// How many calls run now, over every connection. Zero means no call holds a registry entry.
+    pub fn in_flight(&self) -> usize {
+        self.config.front.in_flight()
+    }
+
+    /// The counters: calls in flight, calls and notifications taken, calls refused busy, connections open (a
+    /// WebSocket, an HTTP request being answered).
+    pub fn stats(&self) -> FrontStats {
+        self.config.front.stats()
+    }
+
+    /// Shut down: every call in flight is cancelled (reason `Shutdown`) and answered -32800, and so is every call
+    /// that comes after, without running. Returns how many calls this cancelled. Stop jsonrpsee's server after
+    /// (`ServerHandle::stop`): it waits for its calls, which now end at once.
+    pub fn shutdown(&self) -> usize {
+        self.config.front.shutdown()
+    }
+
+    /// Resolves once no call runs and no connection is open.
+    pub fn drained(&self) -> impl Future<Output = ()> + Send + 'static {
+        self.config.front.drained()
+    }
+
+    /// The skeleton's handle (tower-cancel-http's [`Front`]) these calls are counted in.
+    pub fn front(&self) -> Front {
+        self.config.front.clone()
+    }
+
+    fn configure(mut self, change: impl FnOnce(&mut Config)) -> Self {
+        let config = Arc::make_mut(&mut self.config);
+        change(config);
+        config.stack = build(&config.cancel, &config.timeouts);
+        self
+    }
+}
+
+impl Default for CancelRpcLayer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn build(cancel: &CancelLayer<Lsp>, timeouts: &TimeoutLayer) -> Stack {
+    cancel.layer(timeouts.layer(Bridge))
+}
+
+impl<S> Layer<S> for CancelRpcLayer
+where
+    S: RpcServiceT<
+            MethodResponse = MethodResponse,
+            NotificationResponse = MethodResponse,
+            BatchResponse = MethodResponse,
+        > + Send
+        + Sync
+        + 'static,
+{
+    type Service = CancelRpc<S>;
+
+    fn layer(&self, inner: S) -> CancelRpc<S> {
+        CancelRpc::new(inner, self.config.clone())
+    }
+}
