@@ -92,13 +92,23 @@ impl Future for Called {
     type Output = Result<Answered, Infallible>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let Some(running) = self.running.as_mut() else {
+        let this = &mut *self;
+        let Some(running) = this.running.as_mut() else {
             return Poll::Ready(Ok(Answered(None)));
         };
-        let reply = std::task::ready!(running.as_mut().poll(cx));
-        self.running = None;
-        self.guard.0 = None;
-        Poll::Ready(Ok(Answered(Some(reply))))
+        // Disarmed while the handler is polled: a handler that panics unwinds out of here to the stack's net
+        // (answered as `Panicked`), and the call's context must not say `Disconnect` when it is dropped after.
+        let armed = this.guard.0.take();
+        match running.as_mut().poll(cx) {
+            Poll::Pending => {
+                this.guard.0 = armed;
+                Poll::Pending
+            }
+            Poll::Ready(reply) => {
+                this.running = None;
+                Poll::Ready(Ok(Answered(Some(reply))))
+            }
+        }
     }
 }
 
@@ -119,10 +129,6 @@ struct DisconnectOnDrop(Option<RequestContext>);
 
 impl Drop for DisconnectOnDrop {
     fn drop(&mut self) {
-        // A panicking handler unwinds through here: that outcome is the stack's to decide (`Panicked`), not ours.
-        if std::thread::panicking() {
-            return;
-        }
         if let Some(context) = self.0.take() {
             context.cancel_with(CancelReason::Disconnect);
         }

@@ -4,9 +4,10 @@ use std::{future::Future, sync::Arc, time::Duration};
 
 use jsonrpsee::server::middleware::rpc::{MethodResponse, RpcServiceT};
 use tower_cancel::{
-    cancel::Cancel, dialect::Lsp, timeout::Timeout, CancelLayer, Mode, Outbox, Scope, TimeoutLayer,
+    bus::Replica, cancel::Cancel, dialect::Lsp, timeout::Timeout, CancelLayer, Mode, Outbox, Scope,
+    TimeoutLayer,
 };
-use tower_cancel_http::front::{Front, FrontStats, OnHangUp};
+use tower_cancel_http::front::{Front, FrontStats, OnHangUp, ScopesByPrincipal, TooManyPrincipals};
 use tower_layer::Layer;
 
 use crate::{
@@ -41,14 +42,26 @@ pub(crate) struct Config {
     pub(crate) stack: Stack,
     pub(crate) cancel_messages: bool,
     pub(crate) max_batch_reply_bytes: usize,
+    principals: Option<Arc<ScopesByPrincipal>>,
 }
 
 impl Config {
-    /// The link of a connection (a WebSocket, or one HTTP request): an exchange of a scope of its own, in the
-    /// front's table (a shutdown reaches it), whose drop cancels what it still runs.
-    pub(crate) fn open(&self, _extensions: &http::Extensions) -> Opened {
-        let connection = Scope::new().connect_exchange(Outbox::closed());
-        Opened::new(self.front.link(connection, OnHangUp::Cancel))
+    /// The link of a connection (a WebSocket, or one HTTP request), in the front's table (a shutdown reaches it),
+    /// whose drop cancels what it still runs: an exchange of the scope of the principal its HTTP request's
+    /// `extensions` name, or of a scope of its own.
+    pub(crate) fn open(&self, extensions: &http::Extensions) -> Result<Opened, TooManyPrincipals> {
+        let principal = match self.principals.as_ref().and_then(|p| p.lease(extensions)) {
+            Some(leased) => Some(leased?),
+            None => None,
+        };
+        let connection = match &principal {
+            Some(principal) => principal.scope().connect_exchange(Outbox::closed()),
+            None => Scope::new().connect_exchange(Outbox::closed()),
+        };
+        Ok(Opened::new(
+            self.front.link(connection, OnHangUp::Cancel),
+            principal,
+        ))
     }
 }
 
@@ -66,6 +79,7 @@ impl CancelRpcLayer {
                 timeouts,
                 cancel_messages: false,
                 max_batch_reply_bytes: DEFAULT_MAX_BATCH_REPLY_BYTES,
+                principals: None,
             }),
         }
     }
@@ -99,6 +113,41 @@ impl CancelRpcLayer {
     /// answered with jsonrpsee's -32011 error, as jsonrpsee answers it.
     pub fn max_batch_reply_bytes(self, bytes: usize) -> Self {
         self.configure(|config| config.max_batch_reply_bytes = bytes)
+    }
+
+    /// The most calls running at once over every connection ([`DEFAULT_MAX_IN_FLIGHT`](tower_cancel_http::front::DEFAULT_MAX_IN_FLIGHT),
+    /// 10 000, by default). A call past it is answered jsonrpsee's -32009 `Server is busy, try again later` and
+    /// never runs; a cancel message is never refused. jsonrpsee itself bounds connections, not calls: a WebSocket
+    /// client may send calls without end, each on a task of its own.
+    pub fn max_in_flight(self, calls: usize) -> Self {
+        self.configure(|config| config.front = Front::with_max_in_flight(calls))
+    }
+
+    /// Scope cancels by principal: the connections whose HTTP request (a WebSocket's upgrade, a POST) carries the
+    /// same `P` in its extensions (put there by an HTTP middleware: `set_http_middleware`) share a scope, so that
+    /// a `$/cancelRequest` one of them sends reaches the principal's call of that id on any of them (a cancel
+    /// POSTed over HTTP included), and never another principal's. A principal's scope is kept for a minute after
+    /// its last call, so that a cancel sent a little before its call finds it; each principal runs at most
+    /// [`DEFAULT_MAX_IN_FLIGHT_PER_SCOPE`](tower_cancel_http::front::DEFAULT_MAX_IN_FLIGHT_PER_SCOPE) calls at once (past it, -32009). A connection without a `P` is a
+    /// scope of its own.
+    pub fn scope_by_principal<P>(self) -> Self
+    where
+        P: Clone + Eq + std::hash::Hash + Send + Sync + 'static,
+    {
+        self.configure(|config| config.principals = Some(Arc::new(ScopesByPrincipal::new::<P>())))
+    }
+
+    /// [`scope_by_principal`](Self::scope_by_principal) as one replica of several sharing `replica`'s bus (over
+    /// Redis: `tower-cancel-redis`): each principal's scope is attached under the key
+    /// `jsonrpc:principal:<principal>` (its `Display`, the key of tower-cancel-http's `JsonRpc` too), so that a
+    /// cancel the principal sends to this replica for a call running on another reaches it there.
+    pub fn scope_by_principal_on<P>(self, replica: Replica) -> Self
+    where
+        P: Clone + Eq + std::hash::Hash + std::fmt::Display + Send + Sync + 'static,
+    {
+        self.configure(|config| {
+            config.principals = Some(Arc::new(ScopesByPrincipal::on::<P>(replica)))
+        })
     }
 
     /// How many calls run now, over every connection. Zero means no call holds a registry entry.

@@ -17,7 +17,7 @@ use jsonrpsee::{
         Batch, BatchEntry, MethodResponse, Notification, Request, RpcServiceT,
     },
 };
-use tower_cancel_http::front::{Link, Quota};
+use tower_cancel_http::front::{Link, PrincipalScope, TooManyPrincipals};
 use tower_service::Service;
 
 use crate::{
@@ -41,17 +41,17 @@ pub struct CancelRpc<S> {
     opening: Mutex<()>,
 }
 
-/// A connection's link, and what it holds in its scope.
+/// A connection's link, and the principal's scope it is an exchange of.
 #[derive(Debug)]
 pub(crate) struct Opened {
+    // First: dropped (its calls cancelled) before the hold on the principal's scope goes.
     link: Link,
-    // The scope's bound on calls in flight, where the scope outlives the connection (a principal's).
-    quota: Option<Quota>,
+    principal: Option<PrincipalScope>,
 }
 
 impl Opened {
-    pub(crate) fn new(link: Link) -> Self {
-        Self { link, quota: None }
+    pub(crate) fn new(link: Link, principal: Option<PrincipalScope>) -> Self {
+        Self { link, principal }
     }
 }
 
@@ -72,16 +72,21 @@ where
 }
 
 impl<S> CancelRpc<S> {
-    fn opened(&self, extensions: &http::Extensions) -> &Opened {
+    fn opened(&self, extensions: &http::Extensions) -> Result<&Opened, TooManyPrincipals> {
         if let Some(opened) = self.link.get() {
-            return opened;
+            return Ok(opened);
         }
         // One opener: a link opened twice would close the loser's connection, and cancel its call, when dropped.
         let _only = self
             .opening
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        self.link.get_or_init(|| self.config.open(extensions))
+        if let Some(opened) = self.link.get() {
+            return Ok(opened);
+        }
+        // Not kept when refused: the next call tries again.
+        let opened = self.config.open(extensions)?;
+        Ok(self.link.get_or_init(|| opened))
     }
 
     /// Register the call now (so that a cancel read next finds it) and give the future of its reply.
@@ -91,9 +96,13 @@ impl<S> CancelRpc<S> {
         request: Request<'_>,
     ) -> impl Future<Output = MethodResponse> + Send + 'static {
         let their_id = request.id.clone().into_owned();
-        let opened = self.opened(&request.extensions);
-        let started = match self.config.front.admit_one(false, opened.quota.as_ref()) {
-            Ok(admitted) => {
+        let admitted = self.opened(&request.extensions).ok().and_then(|opened| {
+            let quota = opened.principal.as_ref().map(PrincipalScope::quota);
+            let admitted = self.config.front.admit_one(false, quota).ok()?;
+            Some((opened, admitted))
+        });
+        let started = match admitted {
+            Some((opened, admitted)) => {
                 let Request {
                     method,
                     params,
@@ -118,7 +127,8 @@ impl<S> CancelRpc<S> {
                 let mut stack = self.config.stack.clone();
                 Ok((stack.call(ours), admitted))
             }
-            Err(_busy) => Err(reply::busy(their_id.clone())),
+            // Past a bound on calls in flight (or no room for another principal): refused, never run.
+            None => Err(reply::busy(their_id.clone())),
         };
         async move {
             match started {
@@ -135,7 +145,10 @@ impl<S> CancelRpc<S> {
     /// Hand a cancel message to the stack, which applies it now (the call of that id on this connection, or a
     /// remembered early cancel); a malformed one is ignored there.
     fn cancel(&self, notification: Notification<'_>) {
-        let opened = self.opened(&notification.extensions);
+        let Ok(opened) = self.opened(&notification.extensions) else {
+            // No scope to cancel in (no room for another principal): nothing of this connection runs.
+            return;
+        };
         let params = notification.params.map(Cow::into_owned);
         let mut ours = tower_cancel::Request::from_parts(None, CANCEL_METHOD.to_owned(), params);
         opened.link.prepare(&mut ours, None);
