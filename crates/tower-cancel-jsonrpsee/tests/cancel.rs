@@ -172,3 +172,30 @@ async fn past_max_in_flight_a_call_is_refused_busy_and_never_runs_but_a_cancel_i
     assert_eq!(next(&mut socket).await, cancelled_reply(json!(1)));
     wait_until("nothing left", || server.layer.in_flight() == 0).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_is_served_as_jsonrpsee_serves_it() {
+    let server = start(CancelRpcLayer::new().cancel_messages(true)).await;
+    let mut socket = ws(server.addr, None).await;
+    send(
+        &mut socket,
+        json!({ "jsonrpc": "2.0", "id": 1, "method": "probe/subscribe" }),
+    )
+    .await;
+    let accepted = next(&mut socket).await;
+    assert_eq!(accepted["id"], 1, "{accepted}");
+    let subscription = accepted["result"].clone();
+    assert!(!subscription.is_null(), "{accepted}");
+    for item in 0..3 {
+        assert_eq!(
+            next(&mut socket).await,
+            json!({
+                "jsonrpc": "2.0",
+                "method": "probe/item",
+                "params": { "subscription": subscription, "result": item },
+            })
+        );
+    }
+    // The subscribe call was settled when it was accepted: nothing of it is left in flight.
+    wait_until("nothing left", || server.layer.in_flight() == 0).await;
+}

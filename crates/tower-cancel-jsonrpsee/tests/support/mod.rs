@@ -108,6 +108,22 @@ fn module(probe: Probe) -> RpcModule<Probe> {
         })
         .unwrap();
     module
+        .register_subscription(
+            "probe/subscribe",
+            "probe/item",
+            "probe/unsubscribe",
+            |_, pending, _, _| async move {
+                let sink = pending.accept().await?;
+                for item in 0..3 {
+                    let item = serde_json::value::to_raw_value(&item).expect("a number");
+                    sink.send(jsonrpsee::SubscriptionMessage::from(item))
+                        .await?;
+                }
+                Ok(())
+            },
+        )
+        .unwrap();
+    module
         .register_async_method("probe/panic", |_, _, _| async move {
             if true {
                 panic!("the handler's own bug");
