@@ -126,10 +126,13 @@ impl CancelRpcLayer {
     /// Scope cancels by principal: the connections whose HTTP request (a WebSocket's upgrade, a POST) carries the
     /// same `P` in its extensions (put there by an HTTP middleware: `set_http_middleware`) share a scope, so that
     /// a `$/cancelRequest` one of them sends reaches the principal's call of that id on any of them (a cancel
-    /// POSTed over HTTP included), and never another principal's. A principal's scope is kept for a minute after
-    /// its last call, so that a cancel sent a little before its call finds it; each principal runs at most
-    /// [`DEFAULT_MAX_IN_FLIGHT_PER_SCOPE`](tower_cancel_http::front::DEFAULT_MAX_IN_FLIGHT_PER_SCOPE) calls at once (past it, -32009). A connection without a `P` is a
-    /// scope of its own.
+    /// POSTed over HTTP included), and never another principal's. A connection without a `P` is a scope of its
+    /// own.
+    ///
+    /// A principal's scope is kept for a minute after its last call, so that a cancel sent a little before its
+    /// call finds it. Each principal runs at most
+    /// [`DEFAULT_MAX_IN_FLIGHT_PER_SCOPE`](tower_cancel_http::front::DEFAULT_MAX_IN_FLIGHT_PER_SCOPE) calls at
+    /// once, and at most 100 000 principals' scopes are kept; a call past either is answered -32009.
     pub fn scope_by_principal<P>(self) -> Self
     where
         P: Clone + Eq + std::hash::Hash + Send + Sync + 'static,
