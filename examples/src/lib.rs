@@ -1,7 +1,8 @@
 //! Shared pieces of the example servers: the sleep handler's counters, the MCP tools, the RAP tool server, the
-//! ABP app, logging, flags.
+//! ABP app, the jsonrpsee server, logging, flags.
 
 pub mod abp;
+pub mod jsonrpsee_server;
 pub mod mcp;
 pub mod mcp_rmcp;
 pub mod rap;

@@ -4,7 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 npm ci --no-audit --no-fund
-# Every *.test.mjs here: the stdio servers (lsp, acp*, mcp*) and the HTTP ones (mcp-http*, jsonrpc-http, rap), the WebSocket one (abp), each
+# Every *.test.mjs here: the stdio servers (lsp, acp*, mcp*) and the HTTP ones (mcp-http*, jsonrpc-http, rap), the WebSocket one (abp),
+# jsonrpsee_server (HTTP and WebSocket), each
 # file in a process of its own, each server on a port of its own (127.0.0.1:0).
 node --test
 # The same suites, unchanged, against the examples written on other frameworks behind the adapters (each binary

@@ -27,3 +27,7 @@ pub const DEFAULT_MAX_IN_FLIGHT_PER_SCOPE: usize = 1_000;
 
 /// How long a client refused as busy is told to wait (`Retry-After`, in whole seconds).
 pub const BUSY_RETRY_AFTER_SECS: u64 = 1;
+
+/// How long a principal's scope is kept after its last request ended, by default (for cancels that come a little
+/// late or early).
+pub const DEFAULT_PRINCIPAL_LINGER: Duration = Duration::from_secs(60);

@@ -73,6 +73,7 @@ mod limits;
 mod link;
 mod links;
 mod origin;
+mod principal;
 mod quota;
 mod router;
 mod state;
@@ -87,15 +88,17 @@ pub use self::{
     admission::{Admission, Admitted},
     limits::{
         BUSY_RETRY_AFTER_SECS, DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_IN_FLIGHT,
-        DEFAULT_MAX_IN_FLIGHT_PER_SCOPE, MAX_ID_BYTES,
+        DEFAULT_MAX_IN_FLIGHT_PER_SCOPE, DEFAULT_PRINCIPAL_LINGER, MAX_ID_BYTES,
     },
     link::{Link, OnHangUp},
     origin::Origins,
+    principal::{PrincipalScope, ScopesByPrincipal, TooManyPrincipals},
     quota::{Busy, Permit, Permits, Quota},
 };
 pub(crate) use self::{
     busy::busy_response,
     endpoint::{Endpoint, Protocol, Settings},
+    principal::{PrincipalScopes, Principals},
     router::mount,
 };
 use crate::call::{self, RpcService};
@@ -136,7 +139,17 @@ pub struct FrontStats {
 impl Front {
     /// A skeleton of its own, for a front end that is not one of this crate's.
     pub fn new() -> Self {
-        Endpoint::new("Front", (), Settings::default(), ()).front()
+        Self::with_max_in_flight(DEFAULT_MAX_IN_FLIGHT)
+    }
+
+    /// The same, with room for `requests` requests in flight at once ([`DEFAULT_MAX_IN_FLIGHT`] for
+    /// [`new`](Self::new)); past it, [`admit`](Self::admit) refuses.
+    pub fn with_max_in_flight(requests: usize) -> Self {
+        let settings = Settings {
+            max_in_flight: requests,
+            ..Settings::default()
+        };
+        Endpoint::new("Front", (), settings, ()).front()
     }
 
     /// How many requests run now.

@@ -56,7 +56,6 @@
 //! with the request's headers (`http::HeaderMap`), for the handler to read.
 
 mod batch;
-mod principal;
 
 use std::{
     convert::Infallible,
@@ -79,19 +78,18 @@ use tower::Layer;
 use tower_cancel::{bus::Replica, Incoming, Message, Outbox, Response, Scope};
 use tower_service::Service;
 
+use self::batch::ReplyBudget;
 pub use self::batch::{DEFAULT_MAX_BATCH_LEN, DEFAULT_MAX_BATCH_REPLY_BYTES};
-use self::{
-    batch::ReplyBudget,
-    principal::{PrincipalScopes, Principals},
-};
 use crate::{
     body::{self, Messages},
     call::{self, RpcService},
-    front::{self, busy_response, Endpoint, Front, FrontStats, OnHangUp, Protocol, Settings},
+    front::{
+        self, busy_response, Endpoint, Front, FrontStats, OnHangUp, PrincipalScopes, Principals,
+        Protocol, Settings,
+    },
 };
 
-/// How long a principal's scope is kept after its last request ended (for cancels that come late or early).
-pub const DEFAULT_PRINCIPAL_LINGER: Duration = Duration::from_secs(60);
+pub use crate::front::DEFAULT_PRINCIPAL_LINGER;
 
 /// Serves a JSON-RPC service over HTTP POST, turning a client's hang-up into a cancel. See the
 /// [module docs](self).
