@@ -1107,22 +1107,33 @@ fn handler_name(spin_us: u64) -> String {
     }
 }
 
-/// Figure 8's disconnect latency rows: ours in each revision, rmcp's where a hang-up is its cancel, and ours in
-/// plain JSON-RPC.
-const HTTP_LATENCY_TARGETS: [HttpTarget; 4] = [
+/// Figure 8's disconnect latency rows: ours in each revision, rmcp's where a hang-up is its cancel, ours in
+/// plain JSON-RPC, then jsonrpsee alone and under its adapter, over HTTP and over WebSocket.
+const HTTP_LATENCY_TARGETS: [HttpTarget; 8] = [
     http::OURS_STATELESS,
     http::RMCP_STATELESS,
     http::OURS_SESSIONS,
     http::JSONRPC,
+    http::JSONRPSEE_HTTP,
+    http::JSONRPSEE_ADAPTED_HTTP,
+    http::JSONRPSEE_WS,
+    http::JSONRPSEE_ADAPTED_WS,
 ];
-/// Figure 8's throughput rows, ours first in each revision, then ours in plain JSON-RPC (no peer).
-const HTTP_THROUGHPUT_TARGETS: [HttpTarget; 5] = [
+/// Figure 8's throughput rows, ours first in each revision, then ours in plain JSON-RPC and jsonrpsee beside it
+/// (over HTTP, then over WebSocket), each alone and under its adapter.
+const HTTP_THROUGHPUT_TARGETS: [HttpTarget; 9] = [
     http::OURS_STATELESS,
     http::RMCP_STATELESS,
     http::OURS_SESSIONS,
     http::RMCP_SESSIONS,
     http::JSONRPC,
+    http::JSONRPSEE_HTTP,
+    http::JSONRPSEE_ADAPTED_HTTP,
+    http::JSONRPSEE_WS,
+    http::JSONRPSEE_ADAPTED_WS,
 ];
+/// jsonrpsee alone and under its adapter, as (alone, adapted) indices into [`HTTP_THROUGHPUT_TARGETS`].
+const JSONRPSEE_PAIRS: [(usize, usize); 2] = [(5, 6), (7, 8)];
 
 fn http_tables(sizes: &Sizes) -> Result<String, Box<dyn std::error::Error>> {
     // rounds[target]: one run per round, the servers alternating within each round (ABC ABC…), so that drift
@@ -1173,46 +1184,67 @@ fn http_tables(sizes: &Sizes) -> Result<String, Box<dyn std::error::Error>> {
         }
     }
     let mut throughput = Table::new(&["server, revision", "requests per second", "vs ours"]);
-    // Each row is compared, round by round, with the last of ours above it (or itself): ours of its revision.
-    let mut ours = 0;
+    // Each row is compared, round by round, with ours of the same revision or kind: the last of ours above it
+    // that speaks as it does (or itself). jsonrpsee's WebSocket rows have none (ours has no WebSocket JSON-RPC).
+    let mut ours: Option<usize> = None;
     for (index, target) in HTTP_THROUGHPUT_TARGETS.iter().enumerate() {
         if target.name.starts_with("tower-cancel") {
-            ours = index;
+            ours = Some(index);
         }
+        let reference = ours.filter(|&o| HTTP_THROUGHPUT_TARGETS[o].speaks == target.speaks);
         throughput.row(&[
             target.name.to_owned(),
             Interval::of(&runs[index]).show(0),
-            if index == ours {
-                "(reference)".to_owned()
-            } else {
-                Interval::of_ratios(&runs[index], &runs[ours]).show(2)
+            match reference {
+                Some(o) if o == index => "(reference)".to_owned(),
+                Some(o) => Interval::of_ratios(&runs[index], &runs[o]).show(2),
+                None => "–".to_owned(),
             },
+        ]);
+    }
+    let mut adapted = Table::new(&["jsonrpsee 0.26", "under its adapter / alone"]);
+    for (alone, under) in JSONRPSEE_PAIRS {
+        let over = match HTTP_THROUGHPUT_TARGETS[alone].speaks {
+            http::Speaks::JsonRpcWs => "WebSocket",
+            _ => "HTTP",
+        };
+        adapted.row(&[
+            over.to_owned(),
+            Interval::of_ratios(&runs[under], &runs[alone]).show(2),
         ]);
     }
     Ok(format!(
         "One endpoint per server at `/mcp` of an axum router on 127.0.0.1, each in its default configuration (ours \
          with `cancel_on_disconnect_in_sessions(true)`), one tool `sleep {{ms, tag}}` whose guard records the \
-         instant its future is dropped (rmcp's tool races its work against the request's `ct`). The last row of \
-         each table is ours in plain JSON-RPC, for reference: `JsonRpc` at `/rpc` over `CancelStack::lsp()`, a \
-         method `sleep {{ms, tag}}` in place of the tool, one request per POST and its reply the body (no MCP: no \
-         session, no `_meta`, no MCP headers).\n\nDisconnect to \
+         instant its future is dropped (rmcp's tool races its work against the request's `ct`). Then ours in plain \
+         JSON-RPC, for reference: `JsonRpc` at `/rpc` over `CancelStack::lsp()`, a method `sleep {{ms, tag}}` in \
+         place of the tool, one request per POST and its reply the body (no MCP: no session, no `_meta`, no MCP \
+         headers); and beside it jsonrpsee 0.26's `Server` with the same method (`register_async_method`, no \
+         cancellation code), alone and under `tower-cancel-jsonrpsee`, over HTTP and over WebSocket (jsonrpsee \
+         serves both on one port; over WebSocket each client has a connection of its own, and a hang-up is the TCP \
+         connection dropped without a close frame).\n\nDisconnect to \
          handler stopped: {} rounds, the servers alternating within each round, each round on a fresh server; in \
-         each, {} requests one at a time (after 10 uncounted), each a raw HTTP/1.1 POST on a new connection; once \
-         the handler runs, the connection is dropped and the time taken from there to the handler's guard dropped \
+         each, {} requests one at a time (after 10 uncounted), each a raw HTTP/1.1 POST (or a WebSocket) on a new connection; \
+         once the handler runs, the connection is dropped and the time taken from there to the handler's guard dropped \
          (rmcp's 2025-11-25 sessions are not in this table: a hang-up there is not a cancel). p50 and p99: the mean \
          of the rounds' percentiles with its 95% interval; the max is the largest of every round's; missed and left \
-         in flight (at the end of a round) are summed over the rounds.\n\n{}\nThroughput: {} rounds, the servers \
+         in flight (at the end of a round) are summed over the rounds; after 3 misses in a row a round gives up, \
+         its remaining requests counted missed.\n\n{}\nThroughput: {} rounds, the servers \
          alternating within each round; in each, {} concurrent clients over one keep-alive reqwest pool \
          (HTTP/1.1), {} `tools/call` of `sleep 0` in all; in 2025-11-25 each client opens its own session first. \
          Requests per second: the mean of the rounds with its 95% interval; vs ours: the mean of the rounds' ratios \
-         of the row to ours of the same revision (the plain JSON-RPC row has no peer).\n\n{}",
+         of the row to ours of the same revision (jsonrpsee's HTTP rows: to ours in plain JSON-RPC; its WebSocket \
+         rows have no row of ours to compare with).\n\n{}\njsonrpsee under its adapter (`tower-cancel-jsonrpsee`'s \
+         `CancelRpcLayer::new()` as its RPC middleware) against jsonrpsee alone, the same server and method: the \
+         mean of the rounds' throughput ratios with its 95% interval.\n\n{}",
         sizes.http_latency_rounds,
         sizes.http_samples,
         latency.finish(),
         sizes.e2e_rounds,
         sizes.http_clients,
         sizes.http_requests,
-        throughput.finish()
+        throughput.finish(),
+        adapted.finish()
     ))
 }
 

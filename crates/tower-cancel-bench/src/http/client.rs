@@ -1,6 +1,6 @@
 //! The clients of figure 8: raw HTTP/1.1 over a `TcpStream` (to hang up at an exact moment), and reqwest (a
 //! keep-alive pool, for throughput). Both send what an MCP client sends in each revision, or a plain JSON-RPC
-//! client's request.
+//! client's request. And a WebSocket client (tokio-tungstenite), for plain JSON-RPC over WebSocket.
 
 use std::{io, net::SocketAddr};
 
@@ -26,7 +26,7 @@ fn meta() -> Value {
 
 /// The body of a `tools/call` of `sleep {ms, tag}` with JSON-RPC id `id` (plain JSON-RPC: a `sleep` request).
 pub fn sleep_body(speaks: Speaks, id: u64, ms: u64, tag: u64) -> String {
-    if speaks == Speaks::JsonRpc {
+    if matches!(speaks, Speaks::JsonRpc | Speaks::JsonRpcWs) {
         let params = json!({ "ms": ms, "tag": tag });
         return json!({ "jsonrpc": "2.0", "id": id, "method": "sleep", "params": params })
             .to_string();
@@ -208,4 +208,55 @@ async fn post(
         )));
     }
     Ok(answer)
+}
+
+/// A WebSocket to a plain JSON-RPC server over it (jsonrpsee's, at `/`).
+pub type WebSocket =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<TcpStream>>;
+
+/// Open a WebSocket to `ws://addr/`, Nagle off (as the HTTP clients have it).
+pub async fn ws_connect(addr: SocketAddr) -> io::Result<WebSocket> {
+    let url = format!("ws://{addr}/");
+    let (socket, _) = tokio_tungstenite::connect_async_with_config(url, None, true)
+        .await
+        .map_err(io::Error::other)?;
+    Ok(socket)
+}
+
+/// Make one `sleep 0` call on `socket` and check its answer (one call at a time: the next text is its reply).
+pub async fn ws_call(socket: &mut WebSocket, body: &str) -> io::Result<()> {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+
+    socket
+        .send(Message::text(body))
+        .await
+        .map_err(io::Error::other)?;
+    loop {
+        match socket.next().await {
+            Some(Ok(Message::Text(answer))) if answer.contains("\"done\"") => return Ok(()),
+            Some(Ok(Message::Text(answer))) => {
+                return Err(io::Error::other(format!(
+                    "not the method's answer: {answer}"
+                )))
+            }
+            // Pings and pongs: the socket's own traffic.
+            Some(Ok(_)) => continue,
+            Some(Err(e)) => return Err(io::Error::other(e)),
+            None => return Err(io::ErrorKind::UnexpectedEof.into()),
+        }
+    }
+}
+
+/// Open a WebSocket, send `body` on it, and give the socket (drop it to close the connection, without a close
+/// frame: the client is gone).
+pub async fn ws_open_call(addr: SocketAddr, body: &str) -> io::Result<WebSocket> {
+    use futures_util::SinkExt;
+
+    let mut socket = ws_connect(addr).await?;
+    socket
+        .send(tokio_tungstenite::tungstenite::Message::text(body))
+        .await
+        .map_err(io::Error::other)?;
+    Ok(socket)
 }

@@ -13,18 +13,22 @@
 //!   the work against the request's `ct`, because rmcp fires that token and does not drop the handler.
 //! - ours in plain JSON-RPC ([`jsonrpc`]): `JsonRpc` at `/rpc` over the same kind of stack, a method `sleep` in
 //!   place of the tool: no MCP on top, so its rows show what the MCP endpoint's own work costs.
+//! - jsonrpsee 0.26's server ([`jsonrpsee_server`]), alone and under `tower-cancel-jsonrpsee`, with the same
+//!   method `sleep`: over HTTP beside our `JsonRpc`, and over WebSocket (one connection per client).
 //!
 //! # The workloads
 //!
-//! - [`disconnect_latency`]: one request at a time, each on a new connection written by hand (raw HTTP/1.1): the
-//!   POST written, the handler seen started, then `t0` and the connection dropped; the sample is the time from
-//!   `t0` to the handler's guard dropped. This is the cancel of the stateless revision (`2026-07-28`: closing a
+//! - [`disconnect_latency`]: one request at a time, each on a new connection written by hand (raw HTTP/1.1, or a
+//!   WebSocket): the request written, the handler seen started, then `t0` and the connection dropped; the sample
+//!   is the time from `t0` to the handler's guard dropped. This is the cancel of the stateless revision (`2026-07-28`: closing a
 //!   request's stream cancels it), and of the session revision where the server opts in.
 //! - [`throughput`]: a fixed number of concurrent clients share one keep-alive reqwest pool and make a fixed
-//!   number of `sleep 0` calls in all; each client opens its own session first in the session revision.
+//!   number of `sleep 0` calls in all; each client opens its own session first in the session revision. Over
+//!   WebSocket each client has a connection of its own, one call at a time on it.
 
 pub mod client;
 pub mod jsonrpc;
+pub mod jsonrpsee_server;
 pub mod ours;
 
 use std::{
@@ -44,6 +48,9 @@ use crate::probe;
 /// How long a request may take to start, or its handler to stop after the hang-up, before it counts as missed.
 const PATIENCE: Duration = Duration::from_secs(5);
 
+/// Misses in a row after which [`disconnect_latency`] gives up on a round (the rest counted missed).
+const GIVE_UP_AFTER: usize = 3;
+
 /// A `sleep` long enough that only a cancel ends it.
 const HELD_MS: u64 = 3_600_000;
 
@@ -56,6 +63,8 @@ pub enum Speaks {
     Stateless,
     /// Plain JSON-RPC (not MCP): a `sleep` request per POST to `/rpc`, its reply the response's body.
     JsonRpc,
+    /// Plain JSON-RPC over a WebSocket at `/`: a `sleep` request per text message, its reply the next one.
+    JsonRpcWs,
 }
 
 impl Speaks {
@@ -64,7 +73,7 @@ impl Speaks {
         match self {
             Self::Sessions => Some("2025-11-25"),
             Self::Stateless => Some("2026-07-28"),
-            Self::JsonRpc => None,
+            Self::JsonRpc | Self::JsonRpcWs => None,
         }
     }
 
@@ -73,6 +82,7 @@ impl Speaks {
         match self {
             Self::Sessions | Self::Stateless => "/mcp",
             Self::JsonRpc => "/rpc",
+            Self::JsonRpcWs => "/",
         }
     }
 }
@@ -142,6 +152,34 @@ pub const JSONRPC: HttpTarget = HttpTarget {
     start: jsonrpc::start,
 };
 
+/// jsonrpsee 0.26 alone, over HTTP.
+pub const JSONRPSEE_HTTP: HttpTarget = HttpTarget {
+    name: "jsonrpsee 0.26, HTTP",
+    speaks: Speaks::JsonRpc,
+    start: jsonrpsee_server::start_alone,
+};
+
+/// jsonrpsee 0.26 under `tower-cancel-jsonrpsee`, over HTTP.
+pub const JSONRPSEE_ADAPTED_HTTP: HttpTarget = HttpTarget {
+    name: "jsonrpsee 0.26 + tower-cancel, HTTP",
+    speaks: Speaks::JsonRpc,
+    start: jsonrpsee_server::start_adapted,
+};
+
+/// jsonrpsee 0.26 alone, over WebSocket.
+pub const JSONRPSEE_WS: HttpTarget = HttpTarget {
+    name: "jsonrpsee 0.26, WebSocket",
+    speaks: Speaks::JsonRpcWs,
+    start: jsonrpsee_server::start_alone,
+};
+
+/// jsonrpsee 0.26 under `tower-cancel-jsonrpsee`, over WebSocket.
+pub const JSONRPSEE_ADAPTED_WS: HttpTarget = HttpTarget {
+    name: "jsonrpsee 0.26 + tower-cancel, WebSocket",
+    speaks: Speaks::JsonRpcWs,
+    start: jsonrpsee_server::start_adapted,
+};
+
 /// Tags unique over the whole process, so that no run reads another's stop (and none meets the small tags the
 /// other workloads use: theirs are their request ids).
 fn next_tag() -> u64 {
@@ -168,7 +206,7 @@ pub async fn disconnect_latency(
     let server = (target.start)().await?;
     let session = match target.speaks {
         Speaks::Sessions => Some(client::raw_session(server.addr).await?),
-        Speaks::Stateless | Speaks::JsonRpc => None,
+        Speaks::Stateless | Speaks::JsonRpc | Speaks::JsonRpcWs => None,
     };
     let mut result = DisconnectLatency {
         samples: Vec::with_capacity(samples),
@@ -176,18 +214,35 @@ pub async fn disconnect_latency(
     };
     // A few uncounted first, so that the first samples do not pay for the first connections and allocations.
     let warm_up = 10.min(samples);
+    // A server that never stops a handler on a hang-up would cost the patience per request: after this many
+    // misses in a row, the rest of the round counts as missed without being tried.
+    let mut missed_in_a_row = 0;
     for sample in 0..warm_up + samples {
+        if missed_in_a_row == GIVE_UP_AFTER {
+            result.missed += (warm_up + samples - sample).min(samples);
+            break;
+        }
         let tag = next_tag();
         let body = client::sleep_body(target.speaks, tag, HELD_MS, tag);
-        let stream =
-            client::raw_post(server.addr, target.speaks, session.as_deref(), &body).await?;
+        let connection: Box<dyn Send> = match target.speaks {
+            Speaks::JsonRpcWs => Box::new(client::ws_open_call(server.addr, &body).await?),
+            _ => Box::new(
+                client::raw_post(server.addr, target.speaks, session.as_deref(), &body).await?,
+            ),
+        };
         if !probe::wait_for_start(tag, PATIENCE).await {
             result.missed += usize::from(sample >= warm_up);
+            missed_in_a_row += 1;
             continue;
         }
         let t0 = Instant::now();
-        drop(stream);
+        drop(connection);
         let stopped = probe::wait_for_stop(tag, PATIENCE).await;
+        missed_in_a_row = if stopped.is_some() {
+            0
+        } else {
+            missed_in_a_row + 1
+        };
         if sample < warm_up {
             continue;
         }
@@ -210,6 +265,9 @@ pub async fn disconnect_latency(
 /// Requests per second of `clients` concurrent clients making `total` `sleep 0` calls in all.
 pub async fn throughput(target: &HttpTarget, clients: usize, total: u64) -> io::Result<f64> {
     let server = (target.start)().await?;
+    if target.speaks == Speaks::JsonRpcWs {
+        return ws_throughput(server.addr, clients, total).await;
+    }
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(clients)
         .build()
@@ -219,7 +277,7 @@ pub async fn throughput(target: &HttpTarget, clients: usize, total: u64) -> io::
     for _ in 0..clients {
         sessions.push(match target.speaks {
             Speaks::Sessions => Some(client::session(&http, &url).await?),
-            Speaks::Stateless | Speaks::JsonRpc => None,
+            Speaks::Stateless | Speaks::JsonRpc | Speaks::JsonRpcWs => None,
         });
     }
     // Every call of one client is the same bytes: made once, outside the timing.
@@ -233,6 +291,31 @@ pub async fn throughput(target: &HttpTarget, clients: usize, total: u64) -> io::
         tasks.push(tokio::spawn(async move {
             for _ in 0..share {
                 client::call(&http, &url, speaks, session.as_deref(), body.clone()).await?;
+            }
+            Ok::<_, io::Error>(())
+        }));
+    }
+    for task in tasks {
+        task.await.map_err(io::Error::other)??;
+    }
+    Ok(total as f64 / start.elapsed().as_secs_f64())
+}
+
+/// [`throughput`] over WebSocket: each client a connection of its own, one call at a time on it.
+async fn ws_throughput(addr: SocketAddr, clients: usize, total: u64) -> io::Result<f64> {
+    let mut sockets = Vec::with_capacity(clients);
+    for _ in 0..clients {
+        sockets.push(client::ws_connect(addr).await?);
+    }
+    let body: Arc<str> = client::sleep_body(Speaks::JsonRpcWs, 0, 0, 0).into();
+    let start = Instant::now();
+    let mut tasks = Vec::with_capacity(clients);
+    for (index, mut socket) in sockets.into_iter().enumerate() {
+        let share = total / clients as u64 + u64::from((index as u64) < total % clients as u64);
+        let body = body.clone();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..share {
+                client::ws_call(&mut socket, &body).await?;
             }
             Ok::<_, io::Error>(())
         }));
@@ -296,11 +379,24 @@ mod tests {
             OURS_SESSIONS,
             RMCP_SESSIONS,
             JSONRPC,
+            JSONRPSEE_HTTP,
+            JSONRPSEE_ADAPTED_HTTP,
+            JSONRPSEE_WS,
+            JSONRPSEE_ADAPTED_WS,
         ] {
             let per_second = throughput(&target, 4, 40).await.unwrap();
             assert!(per_second > 0.0, "{}", target.name);
         }
-        for target in [OURS_STATELESS, RMCP_STATELESS, OURS_SESSIONS, JSONRPC] {
+        for target in [
+            OURS_STATELESS,
+            RMCP_STATELESS,
+            OURS_SESSIONS,
+            JSONRPC,
+            JSONRPSEE_HTTP,
+            JSONRPSEE_ADAPTED_HTTP,
+            JSONRPSEE_WS,
+            JSONRPSEE_ADAPTED_WS,
+        ] {
             let result = disconnect_latency(&target, 3).await.unwrap();
             assert_eq!(
                 (result.samples.len(), result.missed),
