@@ -2,6 +2,7 @@
 //! ABP app, logging, flags.
 
 pub mod abp;
+pub mod acp_sdk;
 pub mod mcp;
 pub mod mcp_rmcp;
 pub mod rap;
