@@ -33,8 +33,10 @@ pub(crate) async fn call(router: Arc<Router>, req: Request) -> Result<Value, Err
         }
         return Ok(Value::Null);
     }
+    let mut request = wire::request(&req, 0)?;
+    router.ready().await;
     let id = router.next_id();
-    let frame = wire::request(&req, id)?;
+    request.id = RawJsonRpcId::Number(id);
     let session = (req.method() == "session/prompt")
         .then(|| req.params_as::<Value>().ok())
         .flatten()
@@ -49,7 +51,7 @@ pub(crate) async fn call(router: Arc<Router>, req: Request) -> Result<Value, Err
         context: req.context().cloned(),
         answered: false,
     };
-    router.send(frame);
+    router.send(wire::request_frame(request));
 
     // The agent's requests to the client ride the request's child peer: cancelled on the wire with it.
     let peer = req

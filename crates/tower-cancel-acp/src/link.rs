@@ -26,7 +26,7 @@ use agent_client_protocol::{
 };
 use futures::{channel::mpsc as frames, FutureExt, StreamExt};
 use serde_json::Value;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tower_cancel::{dialect::Acp, ErrorObject, Peer};
 
 use crate::wire;
@@ -77,6 +77,11 @@ pub(crate) struct Router {
     fallback: OnceLock<Peer>,
     /// The SDK's connection has ended: no request can be served by it any more.
     ended: AtomicBool,
+    /// The bridge's id of the replayed `initialize` of a connection that took over, until the SDK answers it.
+    replay: Option<i64>,
+    /// Whether requests may go to the SDK: at once, or once it answered the replayed `initialize` (the SDK refuses
+    /// every request until its initialization is complete).
+    ready: watch::Sender<bool>,
 }
 
 /// One SDK connection, ended when this is dropped (the SDK sees its input close).
@@ -93,19 +98,19 @@ impl Link {
     ) -> Self {
         let (ours, sdk_end) = Channel::duplex();
         let (from_sdk, to_sdk) = ours.into_parts();
+        let replay = replay.and_then(|initialize| wire::request(initialize, 0).ok());
+        let replay = replay.map(wire::request_frame);
         let router = Arc::new(Router {
             table: Mutex::new(Table::default()),
             next_id: AtomicI64::new(1),
             to_sdk,
             fallback: OnceLock::new(),
             ended: AtomicBool::new(false),
+            replay: replay.is_some().then_some(0),
+            ready: watch::Sender::new(replay.is_none()),
         });
         if let Some(initialize) = replay {
-            // Its answer finds no entry and is dropped.
-            let id = router.next_id();
-            if let Ok(frame) = wire::request(initialize, id) {
-                router.send(frame);
-            }
+            router.send(initialize);
         }
         tokio::spawn(run(agent, sdk_end, from_sdk, router.clone()));
         Self { router }
@@ -152,12 +157,18 @@ async fn run<A: ConnectTo<Client>>(
     let reason = match outcome {
         Ok(Ok(())) => "agent stopped".to_owned(),
         Ok(Err(error)) => format!("agent stopped: {}", error.message),
-        Err(_) => "handler panicked".to_owned(),
+        Err(_) => "agent stopped: a handler panicked".to_owned(),
     };
     router.end(&reason);
 }
 
 impl Router {
+    /// Waits until requests may go to the SDK (see `ready`).
+    pub(crate) async fn ready(&self) {
+        let mut ready = self.ready.subscribe();
+        let _ = ready.wait_for(|ready| *ready).await;
+    }
+
     pub(crate) fn next_id(&self) -> i64 {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }
@@ -258,6 +269,8 @@ impl Router {
             self.ended.store(true, Ordering::Release);
             std::mem::take(&mut *table)
         };
+        // Whoever waits for the replayed `initialize` finds the connection ended.
+        self.ready.send_replace(true);
         if !table.calls.is_empty() {
             tracing::error!(
                 reason,
@@ -292,6 +305,13 @@ impl Router {
             RawJsonRpcResponse::Error { id, error } => (id, Err(wire::error_object(&error))),
         };
         let RawJsonRpcId::Number(id) = id else { return };
+        if Some(id) == self.replay {
+            if let Err(error) = &result {
+                tracing::warn!(%error, "the agent that took over refused the replayed initialize");
+            }
+            self.ready.send_replace(true);
+            return;
+        }
         match self.take(id) {
             Some((events, nested)) => {
                 let _ = events.send(Event::Reply(result));

@@ -22,14 +22,22 @@ fn params(request: &WireRequest) -> Result<Option<RawJsonRpcParams>, ErrorObject
         .map_err(|_| ErrorObject::invalid_params("params must be an object or an array"))
 }
 
-/// The frame the SDK reads for the client's request `request`, under the bridge's id `link_id` (the client's own id
-/// stays with the stack).
-pub(crate) fn request(request: &WireRequest, link_id: i64) -> Result<TransportFrame, ErrorObject> {
-    Ok(frame(RawJsonRpcMessage::Request(RawJsonRpcRequest {
+/// The request the SDK reads for the client's request `request`, under the bridge's id `link_id` (the client's own
+/// id stays with the stack).
+pub(crate) fn request(
+    request: &WireRequest,
+    link_id: i64,
+) -> Result<RawJsonRpcRequest, ErrorObject> {
+    Ok(RawJsonRpcRequest {
         id: RawJsonRpcId::Number(link_id),
         method: request.method().into(),
         params: params(request)?,
-    })))
+    })
+}
+
+/// A request as a frame.
+pub(crate) fn request_frame(request: RawJsonRpcRequest) -> TransportFrame {
+    frame(RawJsonRpcMessage::Request(request))
 }
 
 /// The frame the SDK reads for the client's notification, if its params are JSON-RPC params.
