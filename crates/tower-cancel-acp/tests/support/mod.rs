@@ -228,18 +228,21 @@ impl Probe {
                 PermissionOptionKind::AllowOnce,
             )],
         ));
+        // Cancellation first: when the prompt is cancelled, the bridge also answers the permission request
+        // cancelled (as the client would), and both can be ready at once.
         let answer = tokio::select! {
-            answer = ask.block_task() => {
-                self.set(tag, Fate::Finished);
-                answer.map(|_| PromptResponse::new(StopReason::EndTurn))
+            biased;
+            () = cancellation.cancelled() => {
+                self.set(tag, Fate::Stopped);
+                Err(Error::request_cancelled())
             }
             () = switch.fired() => {
                 self.set(tag, Fate::Stopped);
                 Ok(PromptResponse::new(StopReason::Cancelled))
             }
-            () = cancellation.cancelled() => {
-                self.set(tag, Fate::Stopped);
-                Err(Error::request_cancelled())
+            answer = ask.block_task() => {
+                self.set(tag, Fate::Finished);
+                answer.map(|_| PromptResponse::new(StopReason::EndTurn))
             }
         };
         self.prompts.lock().unwrap().remove(&session);
