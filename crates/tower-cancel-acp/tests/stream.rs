@@ -82,6 +82,30 @@ async fn the_end_of_input_stops_every_handler_in_flight() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_graceful_shutdown_stops_the_handlers_left_after_the_drain() {
+    let mut client = TestClient::connect().await;
+    client
+        .call(json!(1), "_test/work", json!({ "tag": 1 }))
+        .await;
+    client
+        .call(json!(2), "_test/work", json!({ "ms": 10, "tag": 2 }))
+        .await;
+    client.probe.until(1, Fate::Running).await;
+    client.probe.until(2, Fate::Running).await;
+    client.shutdown.shutdown();
+    // The one that finishes within the drain is answered; the other is cancelled at its end.
+    assert_eq!(
+        client.next().await.unwrap(),
+        json!({"jsonrpc": "2.0", "id": 2, "result": { "done": 2 }})
+    );
+    assert_eq!(client.next().await.unwrap(), cancelled(json!(1)));
+    client.probe.until(1, Fate::Stopped).await;
+    let (rest, _, acp, registry) = client.close().await;
+    assert!(rest.is_empty(), "{rest:?}");
+    assert_empty(&acp, &registry);
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_reused_id_after_a_cancel_gets_its_own_answer() {
     let mut client = TestClient::connect().await;
     // The first handler is deaf to its cancellation and answers late; the SDK would route its answer to a request

@@ -32,7 +32,7 @@ use tokio::{
 use tokio_util_free::CancellationSwitch;
 use tower_cancel::{CancelStack, Registry, TimeoutLayer};
 use tower_cancel_acp::{AcpService, BridgeSizes};
-use tower_cancel_io::{Framing, Server};
+use tower_cancel_io::{Framing, Server, ShutdownHandle};
 
 /// What became of one call of the [`Probe`], by its `tag`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -298,6 +298,7 @@ pub struct TestClient {
     pub probe: Probe,
     pub acp: AcpService<Agents>,
     pub registry: Registry,
+    pub shutdown: ShutdownHandle,
     lines: Lines<BufReader<ReadHalf<DuplexStream>>>,
     write: WriteHalf<DuplexStream>,
     pub served: JoinHandle<std::io::Result<()>>,
@@ -322,12 +323,14 @@ impl TestClient {
         let stack = CancelStack::acp().timeouts(timeouts);
         let server = Server::with_stack(stack, acp.clone());
         let registry = server.registry().clone();
+        let shutdown = server.shutdown_handle();
         let served = tokio::spawn(server.serve(server_read, server_write, Framing::Ndjson));
         let (read, write) = tokio::io::split(client);
         let mut client = Self {
             probe,
             acp,
             registry,
+            shutdown,
             lines: BufReader::new(read).lines(),
             write,
             served,
@@ -400,6 +403,7 @@ impl TestClient {
             probe,
             acp,
             registry,
+            shutdown: _,
             mut lines,
             mut write,
             served,
