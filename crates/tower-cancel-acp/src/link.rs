@@ -335,8 +335,10 @@ impl Router {
         {
             let mut table = self.lock();
             let origin = wire::session_id(&params).and_then(|s| table.prompts.get(&s).copied());
-            if let Some(origin) = origin {
-                let pending = table.calls.get_mut(&origin).expect("a prompt of the table");
+            // Every prompt of `prompts` is in `calls` (`take` removes both).
+            if let Some((origin, pending)) =
+                origin.and_then(|origin| Some((origin, table.calls.get_mut(&origin)?)))
+            {
                 let event = Event::Nested {
                     id: id.clone(),
                     method: method.clone(),
