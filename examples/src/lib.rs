@@ -2,6 +2,7 @@
 //! ABP app, the jsonrpsee server, logging, flags.
 
 pub mod abp;
+pub mod acp_sdk;
 pub mod jsonrpsee_server;
 pub mod mcp;
 pub mod mcp_rmcp;

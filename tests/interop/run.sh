@@ -14,3 +14,4 @@ INTEROP_SERVERS=lsp_server=lsp_server_tower_lsp node --test lsp.test.mjs
 INTEROP_SERVERS=lsp_server=lsp_server_async_lsp node --test lsp.test.mjs
 INTEROP_SERVERS=mcp_server=mcp_server_rmcp node --test mcp.test.mjs mcp-progress.test.mjs
 INTEROP_SERVERS=mcp_http_server=mcp_http_server_rmcp node --test mcp-http.test.mjs mcp-http-2026.test.mjs
+INTEROP_SERVERS=acp_agent=acp_agent_sdk node --test acp.test.mjs acp-cascade.test.mjs
