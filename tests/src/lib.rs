@@ -777,9 +777,10 @@ impl Conn {
         serde_json::from_str(&text).unwrap_or_else(|e| panic!("reply is not JSON ({e}): {text}"))
     }
 
-    /// Assert that the next reply on the wire is exactly `reply`.
+    /// Assert that the next reply on the wire is exactly `reply`, but for the order of objects' keys
+    /// ([`same_json`]).
     pub async fn expect(&mut self, reply: &str) {
-        assert_eq!(self.recv().await, reply);
+        assert_same_json(&self.recv().await, reply);
     }
 
     /// Read one frame and check its framing; `None` at the end of the stream.
@@ -914,9 +915,73 @@ pub fn frame(message: &str, framing: Framing) -> String {
     }
 }
 
-/// The set of a list of replies, for replies whose order on the wire is not defined.
+/// The set of a list of replies, for replies whose order on the wire is not defined; each in
+/// [`canonical_json`] form, so that two sets compare as JSON.
 pub fn set_of(replies: impl IntoIterator<Item = impl Into<String>>) -> BTreeSet<String> {
-    replies.into_iter().map(Into::into).collect()
+    replies
+        .into_iter()
+        .map(|reply| canonical_json(&reply.into()))
+        .collect()
+}
+
+/// `text` with every object's keys sorted, compact; `text` itself when it is not JSON.
+///
+/// The order of an object's keys on the wire is serde_json's: sorted, unless its `preserve_order` feature is on,
+/// and a build that includes agent-client-protocol (tower-cancel-acp, the examples) turns it on for every crate in
+/// it. JSON gives key order no meaning, so the tests compare frames in this form.
+pub fn canonical_json(text: &str) -> String {
+    fn write(value: &Value, out: &mut String) {
+        match value {
+            Value::Object(map) => {
+                let mut keys: Vec<_> = map.keys().collect();
+                keys.sort();
+                out.push('{');
+                for (index, key) in keys.into_iter().enumerate() {
+                    if index > 0 {
+                        out.push(',');
+                    }
+                    out.push_str(&Value::from(key.as_str()).to_string());
+                    out.push(':');
+                    write(&map[key], out);
+                }
+                out.push('}');
+            }
+            Value::Array(items) => {
+                out.push('[');
+                for (index, item) in items.iter().enumerate() {
+                    if index > 0 {
+                        out.push(',');
+                    }
+                    write(item, out);
+                }
+                out.push(']');
+            }
+            other => out.push_str(&other.to_string()),
+        }
+    }
+    match serde_json::from_str::<Value>(text) {
+        Ok(value) => {
+            let mut out = String::with_capacity(text.len());
+            write(&value, &mut out);
+            out
+        }
+        Err(_) => text.to_owned(),
+    }
+}
+
+/// Whether `frame` is the JSON text `expected` but for the order of objects' keys (see [`canonical_json`]):
+/// the same value, and the same length, so no space or key more.
+pub fn same_json(frame: &str, expected: &str) -> bool {
+    frame.len() == expected.len() && canonical_json(frame) == canonical_json(expected)
+}
+
+/// Asserts [`same_json`], showing both texts when they differ.
+#[track_caller]
+pub fn assert_same_json(frame: &str, expected: &str) {
+    assert!(
+        same_json(frame, expected),
+        "the frame differs from the one expected\n   frame: {frame}\nexpected: {expected}"
+    );
 }
 
 /// `ms` milliseconds.

@@ -177,9 +177,10 @@ impl Tap {
             .expect("the connection was closed instead")
     }
 
-    /// Assert that the next frame is exactly `frame`.
+    /// Assert that the next frame is exactly `frame`, but for the order of objects' keys
+    /// ([`same_json`](crate::same_json)).
     pub async fn expect(&mut self, frame: &str) {
-        assert_eq!(self.next().await, frame);
+        crate::assert_same_json(&self.next().await, frame);
     }
 
     /// Assert that no frame passed beyond those already taken (call [`settle`] first).

@@ -934,7 +934,9 @@ impl Fate {
         };
         let reply = match (&self.reply, seen.replies) {
             (None, []) => true,
-            (Some(expected), [reply]) => reply.text == *expected && reply.at == self.at,
+            (Some(expected), [reply]) => {
+                tests::same_json(&reply.text, expected) && reply.at == self.at
+            }
             (Some(_), []) => unobserved(self.at),
             _ => false,
         };
@@ -1399,7 +1401,7 @@ impl Wire {
         let nested = self
             .nested
             .values_mut()
-            .find(|nested| frame.text == plan.protocol.nested_cancel(&nested.id))
+            .find(|nested| tests::same_json(&frame.text, &plan.protocol.nested_cancel(&nested.id)))
             .ok_or_else(|| {
                 format!(
                     "a notification that cancels no nested request: {}",
