@@ -15,14 +15,6 @@ use tower_cancel_http::{McpHttp, RpcService};
 use tower_cancel_redis::{testing::RedisServer, Config, RedisBus};
 use tower_cancel_rmcp::{BridgeSizes, RmcpService};
 
-async fn serve() -> (SocketAddr, Probe, RmcpService<Probe>, impl Fn() -> usize) {
-    let server = Served::start(None).await;
-    let mcp = server.mcp.clone();
-    (server.addr, server.probe, server.rmcp, move || {
-        mcp.in_flight()
-    })
-}
-
 /// One server: an rmcp handler under the MCP stack, behind our MCP Streamable HTTP front end.
 struct Served<S> {
     addr: SocketAddr,
@@ -114,7 +106,12 @@ async fn eventually(what: &str, done: impl Fn() -> bool) {
 
 #[tokio::test]
 async fn a_delete_of_the_session_fires_ct_and_ends_its_rmcp_server() {
-    let (addr, probe, rmcp, in_flight) = serve().await;
+    let Served {
+        addr,
+        probe,
+        rmcp,
+        mcp,
+    } = Served::start(None).await;
     let session = open_session(addr).await;
     assert_eq!(rmcp.sizes().sessions, 1, "one rmcp server for the session");
 
@@ -139,12 +136,17 @@ async fn a_delete_of_the_session_fires_ct_and_ends_its_rmcp_server() {
     })
     .await;
     assert_eq!(rmcp.sizes(), BridgeSizes::default());
-    assert_eq!(in_flight(), 0);
+    assert_eq!(mcp.in_flight(), 0);
 }
 
 #[tokio::test]
 async fn a_stateless_hang_up_fires_ct() {
-    let (addr, probe, rmcp, in_flight) = serve().await;
+    let Served {
+        addr,
+        probe,
+        rmcp,
+        mcp,
+    } = Served::start(None).await;
     let meta = json!({
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
         "io.modelcontextprotocol/clientInfo": { "name": "t", "version": "0" },
@@ -168,7 +170,7 @@ async fn a_stateless_hang_up_fires_ct() {
     // The client goes: its connection closes with the request unanswered.
     call.abort();
     probe.until(2, Fate::Stopped).await;
-    eventually("nothing in flight", || in_flight() == 0).await;
+    eventually("nothing in flight", || mcp.in_flight() == 0).await;
     assert_eq!(rmcp.sizes(), BridgeSizes::default());
 
     // The shared stateless server goes on serving.
