@@ -108,6 +108,21 @@ async fn assert_nothing_in_flight(running: &Running) {
     assert_eq!(stats["inFlight"], 0, "{stats}");
 }
 
+/// Once the one handler has started, drops `call` (the task holding the client) and waits for the handler to be
+/// counted stopped, not completed.
+async fn abort_once_started(running: &Running, call: tokio::task::JoinHandle<()>) {
+    wait_until("the handler started", || {
+        running.stats.snapshot().started == 1
+    })
+    .await;
+    call.abort();
+    wait_until("the handler stopped", || {
+        running.stats.snapshot().cancelled == 1
+    })
+    .await;
+    assert_eq!(running.stats.snapshot().completed, 0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_whose_websocket_closes_is_stopped() {
     let running = server().await;
@@ -118,17 +133,8 @@ async fn a_call_whose_websocket_closes_is_stopped() {
     let call = tokio::spawn(async move {
         let _: Result<Value, _> = client.request("demo/sleep", by_name(LONG_MS)).await;
     });
-    wait_until("the handler started", || {
-        running.stats.snapshot().started == 1
-    })
-    .await;
-    // The client and its socket go: the task holding them is dropped.
-    call.abort();
-    wait_until("the handler stopped", || {
-        running.stats.snapshot().cancelled == 1
-    })
-    .await;
-    assert_eq!(running.stats.snapshot().completed, 0);
+    // The client and its connection go: the task holding them is dropped.
+    abort_once_started(&running, call).await;
     let layer = running.layer.as_ref().unwrap();
     wait_until("the connection's link closed", || layer.stats().open == 0).await;
     assert_nothing_in_flight(&running).await;
@@ -143,16 +149,7 @@ async fn a_call_whose_http_request_is_aborted_is_stopped() {
     let call = tokio::spawn(async move {
         let _: Result<Value, _> = client.request("demo/sleep", by_name(LONG_MS)).await;
     });
-    wait_until("the handler started", || {
-        running.stats.snapshot().started == 1
-    })
-    .await;
-    call.abort();
-    wait_until("the handler stopped", || {
-        running.stats.snapshot().cancelled == 1
-    })
-    .await;
-    assert_eq!(running.stats.snapshot().completed, 0);
+    abort_once_started(&running, call).await;
     assert_nothing_in_flight(&running).await;
 }
 
