@@ -335,7 +335,7 @@ async fn mcp_the_handles_default_timeout_stops_at_once_too() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_calls_own_timeout_wins_over_the_default_and_other_handles_keep_none() {
+async fn a_calls_own_timeout_wins_over_the_default_and_other_handles_keep_theirs() {
     let mut pair = Pair::lsp();
     let short = pair.client.peer.clone().with_default_timeout(ms(1_000));
     let start = Instant::now();
@@ -351,7 +351,7 @@ async fn a_calls_own_timeout_wins_over_the_default_and_other_handles_keep_none()
     let result = short.request("sleep", json!({ "ms": 2_000 })).await;
     assert_eq!(result, Err(PeerError::Rejected(request_cancelled())));
     assert_about(start.elapsed(), ms(1_000));
-    // ... and the peer itself has none: a slow call is simply answered.
+    // ... and the peer itself keeps the 60 s default: a 2 s call is simply answered.
     let start = Instant::now();
     let result = pair
         .client
@@ -367,6 +367,69 @@ async fn a_calls_own_timeout_wins_over_the_default_and_other_handles_keep_none()
     pair.to_client.next().await;
     assert_eq!(pair.to_server.count_method("$/cancelRequest"), 2);
     assert_eq!(pair.client.peer_counts(), PeerCounts::new(3, 2, 0));
+    pair.finish().await;
+}
+
+/// MCP: "implementations SHOULD establish timeouts for all sent requests". A call that sets none, on a handle
+/// that sets none, gives up after 60 s (the MCP TypeScript SDK's default): the cancel goes out and the server's
+/// handler stops.
+#[tokio::test(start_paused = true)]
+async fn mcp_a_call_with_no_timeout_of_its_own_gives_up_after_60_s() {
+    let mut pair = Pair::mcp();
+    assert_eq!(pair.client.peer.default_timeout(), Some(ms(60_000)));
+    let start = Instant::now();
+    let call = pair
+        .client
+        .peer
+        .request("tools/call", json!({ "name": "t", "hang": true }));
+    assert_eq!(call.await, Err(PeerError::TimedOut));
+    assert_about(start.elapsed(), tower_cancel::Peer::DEFAULT_TIMEOUT);
+    pair.to_server
+        .expect(
+            r#"{"jsonrpc":"2.0","id":0,"method":"tools/call","params":{"hang":true,"name":"t"}}"#,
+        )
+        .await;
+    pair.to_server.expect(&mcp_cancel_0("timed out")).await;
+    settle().await;
+    pair.to_client.assert_quiet();
+    assert_eq!(
+        pair.server.probe.ended_of(0),
+        Some(Ended::stopped(
+            0,
+            "tools/call",
+            Some(CancelReason::peer(Some("timed out".into())))
+        ))
+    );
+    assert_eq!(pair.client.peer_counts(), PeerCounts::new(1, 1, 0));
+    pair.finish().await;
+}
+
+/// Waiting longer than the default is an explicit choice, for a handle or for one call.
+#[tokio::test(start_paused = true)]
+async fn no_timeout_is_an_explicit_choice_of_a_handle_or_a_call() {
+    let mut pair = Pair::mcp();
+    let patient = pair.client.peer.clone().without_default_timeout();
+    assert_eq!(patient.default_timeout(), None);
+    let start = Instant::now();
+    let result = patient.request("sleep", json!({ "ms": 100_000 })).await;
+    assert_eq!(result, Ok(json!({ "slept": 100_000 })));
+    assert_about(start.elapsed(), ms(100_000));
+
+    let start = Instant::now();
+    let result = pair
+        .client
+        .peer
+        .request("sleep", json!({ "ms": 90_000 }))
+        .no_timeout()
+        .await;
+    assert_eq!(result, Ok(json!({ "slept": 90_000 })));
+    assert_about(start.elapsed(), ms(90_000));
+    for _ in 0..2 {
+        pair.to_server.next().await;
+        pair.to_client.next().await;
+    }
+    pair.to_server.assert_quiet();
+    assert_eq!(pair.client.peer_counts(), PeerCounts::new(2, 0, 0));
     pair.finish().await;
 }
 

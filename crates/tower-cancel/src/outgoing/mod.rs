@@ -178,6 +178,12 @@ impl<A, O: Owner> Outgoing<A, O> {
         self
     }
 
+    /// No timeout: the call waits for its answer, a token or its drop (undoes [`timeout`](Self::timeout)).
+    pub fn no_timeout(mut self) -> Self {
+        self.timeout.clear();
+        self
+    }
+
     /// Make the timeout an idle one: each activity of the call ([`Owner::last_activity`]) pushes it back to a full
     /// timeout from then, but the call never runs longer than `max_total` in all (never less than the timeout
     /// either). Needs a [`timeout`](Self::timeout), set before or after.

@@ -17,10 +17,12 @@ pub(super) struct Timeout {
 }
 
 /// The deadline as it stands, and its sleep. The sleep is boxed so that the call stays `Unpin` and small; it is
-/// made only for a call that has a timeout.
+/// made only for a call that has a timeout, when the call is first polled: a call made outside a runtime (where a
+/// sleep cannot be made) is fine as long as it is polled inside one, as every future is, and a timeout replaced
+/// before that (a peer's default overridden by the call's own) costs no sleep.
 struct Timer {
     deadline: Deadline,
-    sleep: Pin<Box<Sleep>>,
+    sleep: Option<Pin<Box<Sleep>>>,
 }
 
 impl Timeout {
@@ -37,6 +39,12 @@ impl Timeout {
     pub(super) fn set(&mut self, timeout: Duration) {
         self.timeout = Some(timeout);
         self.arm();
+    }
+
+    /// No timeout after all (a maximum set stays, and makes none without a timeout).
+    pub(super) fn clear(&mut self) {
+        self.timeout = None;
+        self.timer = None;
     }
 
     pub(super) fn set_max_total(&mut self, max_total: Duration) {
@@ -60,12 +68,14 @@ impl Timeout {
         match &mut self.timer {
             Some(timer) => {
                 timer.deadline = deadline;
-                timer.sleep.as_mut().reset(at);
+                if let Some(sleep) = &mut timer.sleep {
+                    sleep.as_mut().reset(at);
+                }
             }
             None => {
                 self.timer = Some(Timer {
                     deadline,
-                    sleep: Box::pin(tokio::time::sleep_until(at)),
+                    sleep: None,
                 });
             }
         }
@@ -82,7 +92,11 @@ impl Timeout {
         let Some(timer) = &mut self.timer else {
             return false;
         };
-        while timer.sleep.as_mut().poll(cx).is_ready() {
+        let deadline = timer.deadline.at();
+        let sleep = timer
+            .sleep
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+        while sleep.as_mut().poll(cx).is_ready() {
             if let Some(last) = last_activity() {
                 timer.deadline.push_back(last);
             }
@@ -90,7 +104,7 @@ impl Timeout {
             if at <= Instant::now() {
                 return true;
             }
-            timer.sleep.as_mut().reset(at);
+            sleep.as_mut().reset(at);
         }
         false
     }

@@ -92,10 +92,19 @@ impl PeerCall {
         &self.call.owner().id
     }
 
-    /// Stop after `timeout`, sending the cancel.
+    /// Stop after `timeout` (from when the call was made), sending the cancel, instead of after the handle's default
+    /// ([`Peer::DEFAULT_TIMEOUT`] unless the handle set another).
     pub fn timeout(self, timeout: Duration) -> Self {
         Self {
             call: self.call.timeout(timeout),
+        }
+    }
+
+    /// Wait without a timeout (for the answer, a token, the parent's cancel or the call's drop), whatever the
+    /// handle's default.
+    pub fn no_timeout(self) -> Self {
+        Self {
+            call: self.call.no_timeout(),
         }
     }
 

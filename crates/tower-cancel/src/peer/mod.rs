@@ -7,10 +7,15 @@
 //!   MCP `notifications/cancelled`), unless it was [detached](PeerCall::detach).
 //! - **The parent request** being cancelled (a handle from [`Peer::child_of`], as the
 //!   [`CascadeLayer`](crate::CascadeLayer) gives every request), **a token** ([`PeerCall::cancel_on`]) or **a
-//!   timeout** ([`PeerCall::timeout`], or the peer's default) sends the cancel too. Then the call keeps waiting for
+//!   timeout** sends the cancel too. Then the call keeps waiting for
 //!   the peer's reply where the dialect says the peer still answers (LSP, ACP: a -32800 error or a partial result),
 //!   or stops at once with [`PeerError::Cancelled`] / [`PeerError::TimedOut`] (MCP; or any dialect with
 //!   [`PeerCall::wait_after_cancel`]`(false)`).
+//! - **Every call has a timeout**, as MCP asks of every sent request: [`Peer::DEFAULT_TIMEOUT`] (60 s, the MCP
+//!   TypeScript SDK's), or the handle's own ([`Peer::with_default_timeout`]), or the call's
+//!   ([`PeerCall::timeout`]). Waiting without one is an explicit choice: [`Peer::without_default_timeout`],
+//!   [`PeerCall::no_timeout`]. `initialize` times out like any call, and keeps its own rules: no cancel is sent for
+//!   it.
 //! - A cancel is never sent for `initialize`, and in the ACP draft never to a peer that did not declare
 //!   `cancellation.request` (learned from the `initialize` exchange).
 //! - Replies that arrive after the caller stopped waiting are dropped quietly and counted
@@ -130,6 +135,10 @@ pub struct PeerStats {
 }
 
 impl Peer {
+    /// The timeout of a call that sets none, on a handle that sets none: 60 seconds, as the MCP TypeScript SDK's
+    /// (MCP: "implementations SHOULD establish timeouts for all sent requests").
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+
     /// A peer sending through `outbox`, with the dialect's rules and a session state of its own. A transport's
     /// connection has one already ([`Connection::peer`](crate::scope::Connection::peer)), sharing its session
     /// state with the connection's cancel layer.
@@ -151,7 +160,7 @@ impl Peer {
                 next_id: AtomicI64::new(0),
                 stats: Counters::default(),
             }),
-            default_timeout: None,
+            default_timeout: Some(Self::DEFAULT_TIMEOUT),
             parent: None,
         }
     }
@@ -176,11 +185,24 @@ impl Peer {
         }
     }
 
-    /// This handle with a default timeout for its requests (a call's own [`PeerCall::timeout`] wins). Other
-    /// handles to the same peer keep theirs.
+    /// This handle with a default timeout for its requests other than [`DEFAULT_TIMEOUT`](Self::DEFAULT_TIMEOUT)
+    /// (a call's own [`PeerCall::timeout`] wins). Other handles to the same peer keep theirs.
     pub fn with_default_timeout(mut self, timeout: Duration) -> Self {
         self.default_timeout = Some(timeout);
         self
+    }
+
+    /// This handle with no default timeout: its calls wait for their answer, a token or their drop, unless a call
+    /// sets its own [`PeerCall::timeout`]. For requests a person answers (a permission prompt) or that end only when
+    /// cancelled (a subscription). Other handles to the same peer keep theirs.
+    pub fn without_default_timeout(mut self) -> Self {
+        self.default_timeout = None;
+        self
+    }
+
+    /// The timeout this handle gives a call that sets none (`None`: no timeout).
+    pub fn default_timeout(&self) -> Option<Duration> {
+        self.default_timeout
     }
 
     /// Send a request. The returned future resolves to the result; see the [module docs](self) for what
