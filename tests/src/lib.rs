@@ -264,6 +264,12 @@ impl Probe {
                 Ok(json!({ "slept": ms }))
             }
             "hang" => std::future::pending().await,
+            // MCP's subscription: open until the client cancels it, or `ms` if given (the server ends it).
+            "subscriptions/listen" if ms > 0 => {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                Ok(json!({ "resultType": "complete" }))
+            }
+            "subscriptions/listen" => std::future::pending().await,
             "partial" => {
                 ctx.as_ref()
                     .expect("behind a CancelLayer")

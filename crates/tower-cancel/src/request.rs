@@ -197,11 +197,14 @@ impl Connection {
                 None => Incoming::Response(response),
             },
             Message::Request(mut request) => {
-                let progress = request.is_notification()
-                    && self
-                        .peer()
-                        .is_some_and(|peer| peer.dispatch_progress(&request));
-                if progress {
+                // A progress report for one of this side's calls, or the other side's cancel that ends one (an
+                // MCP server tearing down a subscription), is the peer's; any other notification is the stack's.
+                let peers = request.is_notification()
+                    && self.peer().is_some_and(|peer| {
+                        peer.dispatch_progress(&request)
+                            || peer.dispatch_cancel_unless(&request, |id| self.serves(id))
+                    });
+                if peers {
                     return Incoming::Consumed;
                 }
                 self.prepare(&mut request);

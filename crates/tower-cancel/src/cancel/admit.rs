@@ -81,6 +81,9 @@ pub(super) fn admit<X: Dialect + ?Sized>(
             .with_partial_results(dialect.allows_partial_result())
             .with_initializes(dialect.initializes(req.method())),
     );
+    if dialect.ends_with_cancel(req.method()) {
+        lifecycle.announce_end(progress.clone());
+    }
     let registration = match connection.register(lifecycle.clone()) {
         Ok(registration) => registration,
         Err(duplicate) => {

@@ -158,6 +158,9 @@ where
                             connection.session().mark_initialized();
                         }
                     }
+                    // A request whose end this side announces (MCP's `subscriptions/listen`): the notice goes
+                    // out before the reply, which is only written once this future resolves.
+                    settlement.announce_end();
                     settlement.finish(result);
                 }
                 poll

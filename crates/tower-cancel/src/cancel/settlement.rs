@@ -70,6 +70,24 @@ impl Settlement {
         self.registration.as_ref().map(Registration::connection)
     }
 
+    /// Send the notice of the request's end, if its dialect announces it and this side ended it (see
+    /// `Dialect::ends_with_cancel`).
+    pub(super) fn announce_end(&self) {
+        let Some(registration) = &self.registration else {
+            return;
+        };
+        let Some(notice) = registration.lifecycle().end_notice() else {
+            return;
+        };
+        let connection = registration.connection();
+        let sent = connection.outbox().send_request(&notice).is_ok();
+        tracing::debug!(
+            id = %registration.lifecycle().id(),
+            sent,
+            "the request's end announced to the peer"
+        );
+    }
+
     /// Enter the request's span for one poll.
     pub(super) fn enter(&self) -> Option<Entered<'_>> {
         self.span.as_deref().map(Span::enter)

@@ -31,7 +31,14 @@ use crate::{
 /// Revisions: from the first request that carries `_meta["io.modelcontextprotocol/protocolVersion"]` of the
 /// stateless revision (`2026-07-28` or later), the conversation's [`Peer`](crate::Peer) sends no
 /// `notifications/cancelled` for its own requests (a server of that revision sends it for nothing but the
-/// teardown of a subscription: [`Mcp::subscription_teardown`]). Its calls still stop at once.
+/// teardown of a subscription: [`Mcp::subscription_teardown`]). Its calls still stop at once. Such a server
+/// sends the client no requests either (a handler's call through its peer fails at once with
+/// [`PeerError::NotAllowed`](crate::PeerError::NotAllowed)).
+///
+/// Subscriptions (`subscriptions/listen`): the client ends one by cancelling it; when the server ends one itself
+/// (its handler returns, a timeout, a shutdown, a parent's cancel) it sends [`Mcp::subscription_teardown`] before
+/// the reply. A [`Peer`](crate::Peer) calling `subscriptions/listen` takes that cancel as the end of its call:
+/// [`PeerError::CancelledByPeer`](crate::PeerError::CancelledByPeer) with the server's reason.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Mcp;
 
@@ -43,13 +50,23 @@ impl Mcp {
     /// one where a server sends `notifications/cancelled` only to tear down a subscription.
     pub const FIRST_STATELESS_REVISION: &'static str = "2026-07-28";
 
-    /// What a server of the stateless revision sends over stdio when it tears down the subscription that the
-    /// client's `subscriptions/listen` request `listen_id` opened (the one use of `notifications/cancelled` a
-    /// server of that revision has; over HTTP the subscription's stream is simply ended).
-    pub fn subscription_teardown(listen_id: &Id) -> WireRequest {
+    /// The method of a request that opens a subscription: a stream of notifications that the client ends by
+    /// cancelling it, and that the server ends with a cancel naming it.
+    pub const LISTEN_METHOD: &'static str = "subscriptions/listen";
+
+    /// What a server sends when it tears down the subscription that the client's `subscriptions/listen` request
+    /// `listen_id` opened (the one use of `notifications/cancelled` a server of the stateless revision has):
+    /// over stdio on the connection, over HTTP on the subscription's own stream, before the stream ends. The
+    /// cancel layer sends it itself whenever the server ends a subscription that the client did not end (see
+    /// [`Dialect::ends_with_cancel`]); `reason`, when the server cancelled it, says why.
+    pub fn subscription_teardown(listen_id: &Id, reason: Option<&CancelReason>) -> WireRequest {
+        let reason = match reason {
+            Some(reason) => format!("subscription ended by the server: {reason}"),
+            None => "subscription ended by the server".to_owned(),
+        };
         WireRequest::notification(
             Self::CANCEL_METHOD,
-            json!({ "requestId": listen_id, "reason": "subscription ended by the server" }),
+            json!({ "requestId": listen_id, "reason": reason }),
         )
     }
 }
@@ -142,6 +159,20 @@ impl Dialect for Mcp {
 
     fn may_send_cancel(&self, method: &str, session: &SessionState) -> bool {
         method != "initialize" && !session.sends_no_cancels()
+    }
+
+    fn ends_with_cancel(&self, method: &str) -> bool {
+        method == Self::LISTEN_METHOD
+    }
+
+    fn end_notice(&self, id: &Id, reason: Option<&CancelReason>) -> WireRequest {
+        Self::subscription_teardown(id, reason)
+    }
+
+    fn may_send_request(&self, _method: &str, session: &SessionState) -> bool {
+        // A stateless conversation (its requests carried the `2026-07-28` revision or later) has no requests from
+        // server to client: the server asks for input with an `input_required` result instead.
+        !session.sends_no_cancels()
     }
 
     fn cancelled_reply(&self, reason: &CancelReason, _server_cancellable: bool) -> CancelledReply {

@@ -166,6 +166,31 @@ pub trait Dialect: Send + Sync + 'static {
     fn waits_after_cancel(&self) -> bool {
         true
     }
+
+    /// Whether a request of `method` is one the other side may end with this dialect's cancel message, and one
+    /// whose end this side announces with it when it ends the request itself (MCP's `subscriptions/listen`: a
+    /// stream of notifications that only a cancel ends). `false` by default.
+    ///
+    /// Serving such a request, the cancel layer sends [`end_notice`](Self::end_notice) before the request's reply
+    /// whenever this side ends it (its handler returned, a timeout, a shutdown, a parent's cancel), never when the
+    /// peer did (its cancel, its hang-up). Calling one, a [`Peer`](crate::Peer) takes the peer's cancel of its id
+    /// as the end of the call ([`PeerError::CancelledByPeer`](crate::PeerError::CancelledByPeer)).
+    fn ends_with_cancel(&self, _method: &str) -> bool {
+        false
+    }
+
+    /// What this side sends when it ends request `id` of a method that [ends with a
+    /// cancel](Self::ends_with_cancel): `reason` is why it was cancelled, or `None` when its handler returned.
+    fn end_notice(&self, id: &Id, reason: Option<&CancelReason>) -> WireRequest {
+        self.cancel_message(id, reason.unwrap_or(&CancelReason::local("ended")))
+    }
+
+    /// Whether this side may send requests of its own to the peer in this conversation (MCP's stateless revision
+    /// has none from server to client: its calls fail at once with
+    /// [`PeerError::NotAllowed`](crate::PeerError::NotAllowed)). `true` by default.
+    fn may_send_request(&self, _method: &str, _session: &SessionState) -> bool {
+        true
+    }
 }
 
 /// The -32800 reply of LSP and ACP.

@@ -10,7 +10,10 @@
 
 mod deadline;
 
-use std::{sync::atomic::Ordering, task::Waker};
+use std::{
+    sync::{atomic::Ordering, Arc},
+    task::Waker,
+};
 
 #[cfg(feature = "metrics")]
 use tokio::time::Instant;
@@ -19,8 +22,9 @@ use tokio_util::sync::CancellationToken;
 pub(crate) use self::deadline::after;
 pub use self::deadline::Deadline;
 use crate::{
+    dialect::Dialect,
     loom::{fence, AtomicU8, AtomicWaker, OnceBox, OnceLock},
-    message::Id,
+    message::{Id, WireRequest},
     reason::CancelReason,
 };
 
@@ -66,6 +70,9 @@ struct Rare {
     token: OnceLock<CancellationToken>,
     // Set by a timeout layer, at most once.
     deadline: OnceLock<Deadline>,
+    // For a request the other side ends only by cancelling it (`Dialect::ends_with_cancel`): the dialect that
+    // renders the notice this side sends when it ends the request itself.
+    end_notice: OnceLock<EndNotice>,
     // When the request was cancelled, for the cancel-to-settle histogram (only with the `metrics` feature).
     #[cfg(feature = "metrics")]
     cancelled_at: OnceLock<Instant>,
@@ -129,6 +136,26 @@ impl Lifecycle {
     /// Give the request a deadline. Only the first call counts (the outermost timeout layer wins).
     pub(crate) fn set_deadline(&self, deadline: Deadline) -> bool {
         self.rare().deadline.set(deadline).is_ok()
+    }
+
+    /// Mark the request as one whose end this side announces in `dialect`'s words when it ends it itself (see
+    /// `Dialect::ends_with_cancel`).
+    pub(crate) fn announce_end(&self, dialect: Arc<dyn Dialect>) {
+        let _ = self.rare().end_notice.set(EndNotice(dialect));
+    }
+
+    /// The notice this side sends for the request's end, if it announces its end and this side ended it: its
+    /// handler answered, or it was cancelled by anything but the peer (whose cancel or hang-up ended it).
+    pub(crate) fn end_notice(&self) -> Option<WireRequest> {
+        let EndNotice(dialect) = self.rare.get()?.end_notice.get()?;
+        let reason = self.reason();
+        if matches!(
+            reason,
+            Some(CancelReason::Peer { .. } | CancelReason::Disconnect)
+        ) {
+            return None;
+        }
+        Some(dialect.end_notice(&self.id, reason))
     }
 
     /// The request's deadline, if it has one.
@@ -238,6 +265,15 @@ impl Lifecycle {
         } else {
             None
         }
+    }
+}
+
+/// The dialect of a request that announces its end (a wrapper: dialects are not `Debug`).
+struct EndNotice(Arc<dyn Dialect>);
+
+impl std::fmt::Debug for EndNotice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("EndNotice").field(&self.0.name()).finish()
     }
 }
 

@@ -13,9 +13,9 @@ use serde_json::Value;
 use tokio::{sync::oneshot, time::Instant};
 use tokio_util::sync::CancellationToken;
 
-use super::{progress::ProgressSlot, Parent, Peer, PeerError, Shared};
+use super::{progress::ProgressSlot, table::Answer, Parent, Peer, PeerError, Shared};
 use crate::{
-    message::{Id, Response},
+    message::Id,
     outgoing::{Event, Outgoing, Owner, Stage},
     reason::CancelReason,
 };
@@ -23,7 +23,7 @@ use crate::{
 /// A request to the peer: resolves to its result. See the [module docs](super).
 #[must_use = "a PeerCall that is dropped at once cancels its request"]
 pub struct PeerCall {
-    call: Outgoing<oneshot::Receiver<Response>, Side>,
+    call: Outgoing<oneshot::Receiver<Answer>, Side>,
 }
 
 /// The peer's side of one call: the call's id and method, and what it does when the call gives up or is dropped.
@@ -38,8 +38,9 @@ struct Side {
     wait_after_cancel: bool,
     // Dropping the call sends no cancel (`detach`).
     detached: bool,
-    // Never sent: its parent request was already cancelled (see `Peer::send`). Resolves to `Cancelled`, once.
-    refused: bool,
+    // Never sent: its parent request was already cancelled (see `Peer::send`), or the dialect allows no such
+    // request here. Resolves to this error, once.
+    refused: Option<PeerError>,
 }
 
 impl PeerCall {
@@ -48,7 +49,7 @@ impl PeerCall {
         peer: Peer,
         id: Id,
         method: String,
-        reply: oneshot::Receiver<Response>,
+        reply: oneshot::Receiver<Answer>,
         progress: Option<Arc<ProgressSlot>>,
     ) -> Self {
         let token = peer.parent.as_ref().map(Parent::token);
@@ -60,7 +61,7 @@ impl PeerCall {
             method,
             progress,
             detached: false,
-            refused: false,
+            refused: None,
         };
         let mut call = Outgoing::new(reply, side);
         if let Some(token) = token {
@@ -81,9 +82,14 @@ impl PeerCall {
 
     /// This call, never sent because its parent request was already cancelled: it resolves to
     /// [`PeerError::Cancelled`] and is not in the table.
-    pub(super) fn refused(mut self) -> Self {
+    pub(super) fn refused(self) -> Self {
+        self.refused_with(PeerError::Cancelled)
+    }
+
+    /// This call, never sent: it resolves to `error` and is not in the table.
+    pub(super) fn refused_with(mut self, error: PeerError) -> Self {
         self.call.disarm();
-        self.call.owner_mut().refused = true;
+        self.call.owner_mut().refused = Some(error);
         self
     }
 
@@ -163,16 +169,15 @@ impl Future for PeerCall {
         let this = self.get_mut();
         if this.call.is_ended() {
             // Never sent, or polled again after its end.
-            let refused = std::mem::take(&mut this.call.owner_mut().refused);
-            return Poll::Ready(Err(if refused {
-                PeerError::Cancelled
-            } else {
-                PeerError::Closed
-            }));
+            let refused = this.call.owner_mut().refused.take();
+            return Poll::Ready(Err(refused.unwrap_or(PeerError::Closed)));
         }
         let (error, reason) = match ready!(Pin::new(&mut this.call).poll(cx)) {
-            Event::Answered(Ok(response)) => {
+            Event::Answered(Ok(Answer::Reply(response))) => {
                 return Poll::Ready(response.outcome.map_err(PeerError::Rejected))
+            }
+            Event::Answered(Ok(Answer::EndedByPeer(reason))) => {
+                return Poll::Ready(Err(PeerError::CancelledByPeer { reason }))
             }
             // The table dropped the sender: the connection closed.
             Event::Answered(Err(_)) => return Poll::Ready(Err(PeerError::Closed)),

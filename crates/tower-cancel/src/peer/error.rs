@@ -14,6 +14,15 @@ pub enum PeerError {
     TimedOut,
     /// The connection closed before the reply.
     Closed,
+    /// The peer ended the call with its cancel, where the dialect lets it (MCP: a server tearing down the
+    /// subscription a `subscriptions/listen` opened), with the reason it gave.
+    CancelledByPeer {
+        /// The peer's reason, if it gave one.
+        reason: Option<String>,
+    },
+    /// Never sent: the conversation's revision has no such requests from this side (MCP's stateless revision
+    /// has no requests from server to client).
+    NotAllowed,
 }
 
 impl fmt::Display for PeerError {
@@ -23,6 +32,13 @@ impl fmt::Display for PeerError {
             PeerError::Cancelled => f.write_str("request cancelled"),
             PeerError::TimedOut => f.write_str("request timed out"),
             PeerError::Closed => f.write_str("connection closed"),
+            PeerError::CancelledByPeer { reason: None } => f.write_str("cancelled by the peer"),
+            PeerError::CancelledByPeer {
+                reason: Some(reason),
+            } => write!(f, "cancelled by the peer: {reason}"),
+            PeerError::NotAllowed => {
+                f.write_str("this side may not send requests in this conversation's revision")
+            }
         }
     }
 }

@@ -18,6 +18,13 @@
 //!   it.
 //! - A cancel is never sent for `initialize`, and in the ACP draft never to a peer that did not declare
 //!   `cancellation.request` (learned from the `initialize` exchange).
+//! - **The peer may end some calls** with its cancel, where the dialect says so
+//!   ([`Dialect::ends_with_cancel`]): an MCP server tears down the subscription a `subscriptions/listen` opened
+//!   with `notifications/cancelled` naming it, and the call ends with [`PeerError::CancelledByPeer`] and the
+//!   server's reason. (A cancel naming an id of a request the other side sent this side, still in flight here, is
+//!   that request's.)
+//! - **A revision without requests from this side** ([`Dialect::may_send_request`]; MCP's stateless revision has
+//!   none from server to client): the call is never sent and fails at once with [`PeerError::NotAllowed`].
 //! - Replies that arrive after the caller stopped waiting are dropped quietly and counted
 //!   ([`PeerStats::late_replies`]). When the connection closes, pending calls fail with [`PeerError::Closed`], and
 //!   so does every call made after, even one made on another thread while the connection closes.
@@ -86,7 +93,7 @@ use self::{
     table::{Pending, Table},
 };
 use crate::{
-    dialect::Dialect,
+    dialect::{Dialect, Recognized},
     lifecycle::Lifecycle,
     message::{Id, Response, WireRequest},
     outbox::Outbox,
@@ -259,7 +266,16 @@ impl Peer {
         );
         // In the table before it is written, so that no reply can come before its call is there; and only while
         // the connection is open, checked in the same step as the insert (see `table`).
-        let pending = Pending::new(method, tx, progress);
+        if !self
+            .shared
+            .dialect
+            .may_send_request(&method, &self.shared.session)
+        {
+            tracing::debug!(%id, method, "request not sent: the conversation's revision has none from this side");
+            return call.refused_with(PeerError::NotAllowed);
+        }
+        let endable = self.shared.dialect.ends_with_cancel(&method);
+        let pending = Pending::new(method, tx, progress, endable);
         if self.shared.table.insert(id.clone(), pending).is_err() {
             return call.closed();
         }
@@ -324,6 +340,46 @@ impl Peer {
         };
         slot.report(&id, update);
         true
+    }
+
+    /// Hand the peer a notification that arrived on the connection. Returns `true` if it was the other side's
+    /// cancel of one of this side's calls that the dialect lets it end (MCP: a server tearing down the subscription
+    /// a `subscriptions/listen` opened; see [`Dialect::ends_with_cancel`]): the call ends with
+    /// [`PeerError::CancelledByPeer`] and the reason the peer gave, and the notification is consumed. Any other
+    /// cancel (of a request the other side sent this side) is left for the cancel layer.
+    pub fn dispatch_cancel(&self, notification: &WireRequest) -> bool {
+        self.dispatch_cancel_unless(notification, |_| false)
+    }
+
+    /// [`dispatch_cancel`](Self::dispatch_cancel), but a cancel of an id that `serving` says this side is serving
+    /// (a request of the other side's in flight here) is left for the cancel layer: ids are numbered by each side
+    /// on its own, so a cancel of a request this side serves can name the id of one of its own calls too.
+    pub(crate) fn dispatch_cancel_unless(
+        &self,
+        notification: &WireRequest,
+        serving: impl FnOnce(&Id) -> bool,
+    ) -> bool {
+        let shared = &self.shared;
+        // Nearly every connection has no such call: its cancels pass without a parse or a lock.
+        if !shared.table.has_endable() {
+            return false;
+        }
+        let Recognized::Cancel(notice) = shared.dialect.recognize(notification, &shared.session)
+        else {
+            return false;
+        };
+        if serving(&notice.id) {
+            return false;
+        }
+        let ended = shared.table.end_by_peer(&notice.id, notice.reason.clone());
+        if ended {
+            tracing::info!(
+                id = %notice.id,
+                reason = notice.reason.as_deref().unwrap_or(""),
+                "call ended by the peer's cancel"
+            );
+        }
+        ended
     }
 
     /// The connection closed: every pending call fails with [`PeerError::Closed`], and later requests too.

@@ -357,6 +357,11 @@ impl Registry {
         self.lock().in_flight.contains(id)
     }
 
+    /// Whether a request `id` of connection `conn` (of any, for [`WHOLE_SCOPE`]) is in flight.
+    pub(crate) fn contains_in(&self, conn: u64, id: &Id) -> bool {
+        self.lock().in_flight.matching(conn, id).next().is_some()
+    }
+
     /// How many requests are in flight.
     pub fn len(&self) -> usize {
         self.lock().in_flight.len()

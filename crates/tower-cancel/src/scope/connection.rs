@@ -185,6 +185,11 @@ impl Connection {
         self.inner.key
     }
 
+    /// Whether a request `id` that the peer's cancel of `id` would reach is in flight here.
+    pub(crate) fn serves(&self, id: &Id) -> bool {
+        self.registry().contains_in(self.inner.cancels, id)
+    }
+
     /// Put a request in the scope's registry, tagged with this connection.
     pub(crate) fn register(&self, lifecycle: Arc<Lifecycle>) -> Result<Registration, DuplicateId> {
         self.registry().insert(&lifecycle, &self.inner.refusing)?;
