@@ -190,6 +190,14 @@ pub fn timeouts_from_args() -> TimeoutLayer {
     }
 }
 
+/// When the MCP examples end each subscription by themselves: `--subscription-ms N` (never without it, or with 0).
+pub fn subscription_end_from_args() -> Option<Duration> {
+    match number_arg("--subscription-ms", 0) {
+        0 => None,
+        ms => Some(Duration::from_millis(ms)),
+    }
+}
+
 /// Whether `--flag` was given.
 pub fn flag(name: &str) -> bool {
     std::env::args().any(|a| a == name)

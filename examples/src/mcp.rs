@@ -1,5 +1,23 @@
 //! The MCP tools of the example servers, over stdio (`mcp_server`) and Streamable HTTP (`mcp_http_server`):
-//! `sleep {"ms"}`, `progress {"steps", "intervalMs"}` and `stats`, and the handshake of each revision.
+//! `sleep {"ms"}`, `progress {"steps", "intervalMs"}`, `confirm {"action"}` and `stats`, the handshake of each
+//! revision, and subscriptions (`subscriptions/listen`).
+//!
+//! # `confirm`: a tool that asks the client
+//!
+//! `confirm {"action": "<text>"}` sends the client `elicitation/create {"message": "Allow <action>?",
+//! "requestedSchema": {"type": "object", "properties": {}}}` through the request's peer (over HTTP, on the SSE
+//! stream of the POST that carries the tool call) and answers `confirmed` when the client accepts, `declined`
+//! otherwise. Cancelling the tool call while the elicitation is pending cancels the elicitation too
+//! (`notifications/cancelled` naming it, on the same stream). In the stateless revision a server sends the
+//! client no requests: the tool answers a tool error (`isError`) saying so.
+//!
+//! # Subscriptions
+//!
+//! `subscriptions/listen {"notifications": {...}}` acknowledges with `notifications/subscriptions/acknowledged`
+//! (honouring `toolsListChanged`, the one list this server has; its tools never change) and stays open until the
+//! client cancels it, or, with [`Tools::end_subscriptions_after`] (`--subscription-ms N`), until the server ends it
+//! after N ms: then the client gets `notifications/cancelled` naming the listen request (sent by the stack's
+//! cancel layer), then the listen's completion result.
 //!
 //! # Revisions
 //!
@@ -13,7 +31,7 @@
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tower_cancel::{progress::ProgressUpdate, ErrorObject, Request};
+use tower_cancel::{progress::ProgressUpdate, ErrorObject, PeerError, Request};
 use tower_cancel_http::mcp::{Revision, STATELESS_VERSIONS};
 
 use crate::{InFlight, SleepStats};
@@ -22,6 +40,8 @@ use crate::{InFlight, SleepStats};
 pub const SERVER_NAME: &str = "tower-cancel-mcp-example";
 
 const SERVER_INFO_META: &str = "io.modelcontextprotocol/serverInfo";
+
+const SUBSCRIPTION_ID_META: &str = "io.modelcontextprotocol/subscriptionId";
 
 /// The protocol versions `initialize` answers with.
 #[derive(Clone, Copy, Debug)]
@@ -45,6 +65,19 @@ pub struct Tools {
     stats: SleepStats,
     in_flight: InFlight,
     versions: Versions,
+    // When the server ends each subscription by itself (`--subscription-ms`); never if `None`.
+    subscription_end: Option<Duration>,
+}
+
+#[derive(serde::Deserialize)]
+struct ConfirmArgs {
+    action: String,
+}
+
+#[derive(serde::Deserialize, Default)]
+struct ListenParams {
+    #[serde(default)]
+    notifications: Option<Value>,
 }
 
 #[derive(serde::Deserialize)]
@@ -69,7 +102,15 @@ impl Tools {
             stats: SleepStats::default(),
             in_flight: InFlight::default(),
             versions,
+            subscription_end: None,
         }
+    }
+
+    /// End every `subscriptions/listen` stream `after` it opened (the `--subscription-ms` flag): the client is
+    /// told with `notifications/cancelled` naming the listen request, then gets its completion result.
+    pub fn end_subscriptions_after(mut self, after: Option<Duration>) -> Self {
+        self.subscription_end = after;
+        self
     }
 
     /// Where `stats` takes `inFlight` from.
@@ -93,6 +134,7 @@ impl Tools {
             }),
             ("tools/list", _) => tools(),
             ("tools/call", _) => self.call(&req).await?,
+            ("subscriptions/listen", _) => self.listen(&req).await?,
             (other, _) => return Err(ErrorObject::method_not_found(other)),
         };
         Ok(if stateless {
@@ -131,6 +173,11 @@ impl Tools {
                 let args = serde_json::from_value(args).map_err(ErrorObject::invalid_params)?;
                 Ok(self.progress(req, args).await)
             }
+            "confirm" => {
+                let args: ConfirmArgs =
+                    serde_json::from_value(args).map_err(ErrorObject::invalid_params)?;
+                self.confirm(req, &args.action).await
+            }
             "stats" => {
                 let counters = self.in_flight.stats(&self.stats, req);
                 Ok(json!({
@@ -142,6 +189,74 @@ impl Tools {
                 "unknown tool {other:?}"
             ))),
         }
+    }
+
+    /// Ask the client to allow `action` (`elicitation/create`), and answer what it said. Counted like `sleep`: a
+    /// tool call cancelled while the client is asked counts as cancelled (the cascade cancels the elicitation).
+    async fn confirm(&self, req: &Request, action: &str) -> Result<Value, ErrorObject> {
+        let peer = req
+            .peer()
+            .ok_or_else(|| ErrorObject::internal_error("no connection to ask the client on"))?;
+        let run = self.stats.start();
+        let asked = peer
+            .request(
+                "elicitation/create",
+                json!({
+                    "message": format!("Allow {action}?"),
+                    "requestedSchema": { "type": "object", "properties": {} },
+                }),
+            )
+            .await;
+        let answer = match asked {
+            Ok(result) if result["action"] == "accept" => "confirmed",
+            Ok(_) => "declined",
+            Err(PeerError::NotAllowed) => {
+                // A finished run: the tool answered, with a tool error (the call itself was fine).
+                run.finish();
+                return Ok(json!({
+                    "content": [{ "type": "text", "text": "confirm needs elicitation, and a server of the \
+                        stateless revision (2026-07-28) sends the client no requests" }],
+                    "isError": true,
+                }));
+            }
+            Err(PeerError::Rejected(error)) => {
+                run.finish();
+                return Err(error);
+            }
+            Err(other) => {
+                run.finish();
+                return Err(ErrorObject::internal_error(format!(
+                    "the client was not asked: {other}"
+                )));
+            }
+        };
+        run.finish();
+        Ok(json!({ "content": [{ "type": "text", "text": answer }] }))
+    }
+
+    /// A subscription: acknowledged, then open until the client cancels it or the server ends it.
+    async fn listen(&self, req: &Request) -> Result<Value, ErrorObject> {
+        let params: ListenParams = req.params_as().unwrap_or_default();
+        let asked = params.notifications.unwrap_or_else(|| json!({}));
+        // The one list of this server (its tools, which never change): what it honours of the filter.
+        let mut honoured = serde_json::Map::new();
+        if asked["toolsListChanged"] == true {
+            honoured.insert("toolsListChanged".into(), json!(true));
+        }
+        let id = req.id().cloned();
+        let peer = req
+            .peer()
+            .ok_or_else(|| ErrorObject::internal_error("no connection to listen on"))?;
+        peer.notify(
+            "notifications/subscriptions/acknowledged",
+            json!({ "_meta": { SUBSCRIPTION_ID_META: id }, "notifications": honoured }),
+        )
+        .map_err(|_| ErrorObject::internal_error("the connection closed"))?;
+        match self.subscription_end {
+            Some(after) => tokio::time::sleep(after).await,
+            None => std::future::pending().await,
+        }
+        Ok(json!({ "resultType": "complete", "_meta": { SUBSCRIPTION_ID_META: id } }))
     }
 
     /// Works `steps` steps of `interval_ms` each, reporting progress after each one (if the request asked).
@@ -188,7 +303,7 @@ fn complete(method: &str, mut result: Value) -> Value {
     result
 }
 
-/// The `tools/list` result: the three tools and their input schemas.
+/// The `tools/list` result: the four tools and their input schemas.
 pub fn tools() -> Value {
     json!({ "tools": [
         {
@@ -213,8 +328,17 @@ pub fn tools() -> Value {
             },
         },
         {
+            "name": "confirm",
+            "description": "Asks the client to allow the action (elicitation) and says whether it did.",
+            "inputSchema": {
+                "type": "object",
+                "properties": { "action": { "type": "string" } },
+                "required": ["action"],
+            },
+        },
+        {
             "name": "stats",
-            "description": "Counters of the sleep and progress tools: started, completed, cancelled, inFlight.",
+            "description": "Counters of the sleep, progress and confirm tools: started, completed, cancelled, inFlight.",
             "inputSchema": { "type": "object", "properties": {} },
         },
     ]})

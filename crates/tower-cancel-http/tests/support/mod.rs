@@ -173,8 +173,8 @@ pub async fn eventually(what: &str, check: impl Fn() -> bool) {
     .unwrap_or_else(|_| panic!("never: {what}"));
 }
 
-/// An MCP handler for both revisions: `initialize`, `server/discover`, and the tools `sleep {ms}` and
-/// `progress {steps, intervalMs}` (through `tools/call`); other methods are not found.
+/// An MCP handler for both revisions: `initialize`, `server/discover`, `subscriptions/listen`, and the tools
+/// `sleep {ms}`, `progress {steps, intervalMs}` and `ask` (through `tools/call`); other methods are not found.
 pub async fn mcp_handle(probe: Probe, req: Request) -> Result<Value, BoxError> {
     let stateless = matches!(
         req.extensions().get::<tower_cancel_http::mcp::Revision>(),
@@ -236,6 +236,17 @@ pub async fn mcp_handle(probe: Probe, req: Request) -> Result<Value, BoxError> {
             *probe.started_count.lock().unwrap() += 1;
             probe.started.notify_waiters();
             match params["name"].as_str() {
+                // Asks the client (`elicitation/create` with the arguments) and answers with what it said, or
+                // with why it could not ask.
+                Some("ask") => {
+                    let peer = req.peer().expect("a peer");
+                    let text = match peer.request("elicitation/create", args.clone()).await {
+                        Ok(answer) => answer["action"].as_str().unwrap_or("?").to_owned(),
+                        Err(error) => format!("not asked: {error}"),
+                    };
+                    guard.completed = true;
+                    return Ok(json!({ "content": [{ "type": "text", "text": text }] }));
+                }
                 Some("sleep") => {
                     let ms = args["ms"].as_u64().unwrap_or(0);
                     tokio::time::sleep(Duration::from_millis(ms)).await;
@@ -278,6 +289,18 @@ pub fn mcp_http(probe: &Probe) -> tower_cancel_http::McpHttp<impl tower_cancel_h
     let probe = probe.clone();
     let stack = tower::ServiceBuilder::new()
         .layer(tower_cancel::CancelStack::mcp())
+        .service(tower::service_fn(move |req| mcp_handle(probe.clone(), req)));
+    tower_cancel_http::McpHttp::new(stack)
+}
+
+/// [`mcp_http`] with a timeout on every request.
+pub fn mcp_http_with_timeout(
+    probe: &Probe,
+    timeout: Duration,
+) -> tower_cancel_http::McpHttp<impl tower_cancel_http::RpcService> {
+    let probe = probe.clone();
+    let stack = tower::ServiceBuilder::new()
+        .layer(tower_cancel::CancelStack::mcp().timeout(timeout))
         .service(tower::service_fn(move |req| mcp_handle(probe.clone(), req)));
     tower_cancel_http::McpHttp::new(stack)
 }

@@ -68,6 +68,7 @@
 
 mod call;
 mod error;
+mod exchanges;
 mod parent;
 mod progress;
 mod table;
@@ -86,8 +87,8 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-pub(crate) use self::parent::Parent;
 pub use self::{call::PeerCall, error::PeerError};
+pub(crate) use self::{exchanges::Exchanges, parent::Parent};
 use self::{
     progress::ProgressSlot,
     table::{Pending, Table},
@@ -118,6 +119,9 @@ struct Shared {
     table: Table,
     next_id: AtomicI64,
     stats: Counters,
+    // Set for the peer of an exchange (see `Scope::connect_exchange`): the calls of every exchange of its scope
+    // are numbered together, and a reply arriving on any of them reaches the one that made the call.
+    exchanges: Option<Arc<Exchanges>>,
 }
 
 #[derive(Default)]
@@ -150,13 +154,14 @@ impl Peer {
     /// connection has one already ([`Connection::peer`](crate::scope::Connection::peer)), sharing its session
     /// state with the connection's cancel layer.
     pub fn new<D: Dialect>(dialect: D, outbox: Outbox) -> Self {
-        Self::with_session(Arc::new(dialect), outbox, Arc::default())
+        Self::with_session(Arc::new(dialect), outbox, Arc::default(), None)
     }
 
     pub(crate) fn with_session(
         dialect: Arc<dyn Dialect>,
         outbox: Outbox,
         session: Arc<SessionState>,
+        exchanges: Option<Arc<Exchanges>>,
     ) -> Self {
         Self {
             shared: Arc::new(Shared {
@@ -166,6 +171,7 @@ impl Peer {
                 table: Table::new(),
                 next_id: AtomicI64::new(0),
                 stats: Counters::default(),
+                exchanges,
             }),
             default_timeout: Some(Self::DEFAULT_TIMEOUT),
             parent: None,
@@ -246,7 +252,10 @@ impl Peer {
     }
 
     fn next_id(&self) -> Id {
-        Id::Number(self.shared.next_id.fetch_add(1, Ordering::Relaxed))
+        match &self.shared.exchanges {
+            Some(exchanges) => exchanges.next_id(),
+            None => Id::Number(self.shared.next_id.fetch_add(1, Ordering::Relaxed)),
+        }
     }
 
     fn send(
@@ -279,6 +288,10 @@ impl Peer {
         if self.shared.table.insert(id.clone(), pending).is_err() {
             return call.closed();
         }
+        if let Some(exchanges) = &self.shared.exchanges {
+            // Before it is written: its reply may come on another exchange at once.
+            exchanges.waiting(id.clone(), &self.shared);
+        }
         // A child handle whose request is already cancelled (a cooperative handler winding down, a task that
         // outlived its handler) sends nothing: the request would be cancelled the moment it is polled, after the
         // peer had started a handler for it (nested requests of a cancelled handler still being sent is a known
@@ -309,14 +322,22 @@ impl Peer {
 
     /// Hand the peer a reply that arrived on the connection. Returns `false` if no call was waiting for it (it
     /// is dropped and counted as late).
+    ///
+    /// On an exchange of a scope (an HTTP request of an MCP session), the reply reaches the call of that id made
+    /// on any exchange of the scope: the client answers a request from the server's handler on a later POST.
     pub fn dispatch_response(&self, response: Response) -> bool {
         let id = response.id.clone();
         let shared = &self.shared;
-        let delivered = shared.table.dispatch(response, |method, result| {
-            shared
+        let routed = self.caller(id.as_ref());
+        let caller = routed.as_deref().unwrap_or(shared);
+        let delivered = caller.table.dispatch(response, |method, result| {
+            caller
                 .dialect
-                .observe_response(method, result, &shared.session);
+                .observe_response(method, result, &caller.session);
         });
+        if let (Some(exchanges), Some(id)) = (&shared.exchanges, &id) {
+            exchanges.left(id);
+        }
         if !delivered {
             shared.stats.late_replies.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(?id, "late reply dropped");
@@ -335,7 +356,9 @@ impl Peer {
             return false;
         };
         // Outside the table's lock: the callback is the caller's code.
-        let Some(slot) = self.shared.table.progress(&id) else {
+        let routed = self.caller(Some(&id));
+        let caller = routed.as_deref().unwrap_or(&self.shared);
+        let Some(slot) = caller.table.progress(&id) else {
             return false;
         };
         slot.report(&id, update);
@@ -372,6 +395,9 @@ impl Peer {
             return false;
         }
         let ended = shared.table.end_by_peer(&notice.id, notice.reason.clone());
+        if let Some(exchanges) = &shared.exchanges {
+            exchanges.left(&notice.id);
+        }
         if ended {
             tracing::info!(
                 id = %notice.id,
@@ -382,9 +408,18 @@ impl Peer {
         ended
     }
 
+    /// The peer of another exchange of the scope whose call `id` is waiting (`None`: this peer's own, or nobody's).
+    fn caller(&self, id: Option<&Id>) -> Option<Arc<Shared>> {
+        let exchanges = self.shared.exchanges.as_ref()?;
+        exchanges.caller(id?)
+    }
+
     /// The connection closed: every pending call fails with [`PeerError::Closed`], and later requests too.
     pub fn close(&self) {
         self.shared.table.close();
+        if let Some(exchanges) = &self.shared.exchanges {
+            exchanges.closed(&self.shared);
+        }
     }
 
     /// The counters, and the size of the pending table now.
@@ -425,6 +460,9 @@ impl Shared {
     /// Call `id` stopped waiting: out of the table.
     fn forget(&self, id: &Id) {
         self.table.remove(id);
+        if let Some(exchanges) = &self.exchanges {
+            exchanges.left(id);
+        }
     }
 }
 

@@ -64,9 +64,11 @@ impl Connection {
             Cancels::Scope => WHOLE_SCOPE,
         };
         let session = Arc::new(SessionState::default());
-        let peer = scope
-            .dialect()
-            .map(|dialect| Peer::with_session(dialect.clone(), outbox.clone(), session.clone()));
+        // An exchange's calls are numbered with the scope's other exchanges, and answered on any of them.
+        let exchanges = (cancels == WHOLE_SCOPE).then(|| scope.exchanges().clone());
+        let peer = scope.dialect().map(|dialect| {
+            Peer::with_session(dialect.clone(), outbox.clone(), session.clone(), exchanges)
+        });
         Self {
             inner: Arc::new(Inner {
                 key,

@@ -77,6 +77,7 @@ use crate::{
     message::Id,
     outbox::Outbox,
     outcome::{CancelAck, CancelOutcome},
+    peer::Exchanges,
     reason::CancelReason,
     registry::{Registry, DEFAULT_FINISHED_BYTES, DEFAULT_FINISHED_CAPACITY, WHOLE_SCOPE},
 };
@@ -98,6 +99,8 @@ pub struct Scope {
     dialect: Option<Arc<dyn Dialect>>,
     // Set when the scope is attached to a replica of a cancel bus: its cancels that miss go to the other replicas.
     remote: Option<Arc<dyn Publish>>,
+    // The calls of the peers of its exchanges: numbered together, answered on any exchange.
+    exchanges: Arc<Exchanges>,
 }
 
 impl Scope {
@@ -123,6 +126,7 @@ impl Scope {
             registry,
             dialect: Some(Arc::new(dialect)),
             remote: None,
+            exchanges: Arc::default(),
         }
     }
 
@@ -144,7 +148,9 @@ impl Scope {
     }
 
     /// A new exchange of this scope, sending through `outbox`: one HTTP request of a session or a principal,
-    /// whose ids are the scope's. A peer's cancel that arrives on it reaches the request of that id anywhere in
+    /// whose ids are the scope's. Its peer's calls are numbered with those of the scope's other exchanges, and a
+    /// reply to one arriving on any exchange of the scope reaches it (the client of an MCP session answers, on a
+    /// later POST, a request that a handler sent on the stream of the POST it serves). A peer's cancel that arrives on it reaches the request of that id anywhere in
     /// the scope (usually on another exchange: the client POSTs its cancel separately), or is remembered for the
     /// scope when that request has not arrived yet. Closing it touches its own requests only, as for a
     /// connection: a client that hangs up on one HTTP request cancels what that request carried.
@@ -196,6 +202,15 @@ impl Scope {
 
     pub(crate) fn dialect(&self) -> Option<&Arc<dyn Dialect>> {
         self.dialect.as_ref()
+    }
+
+    pub(crate) fn exchanges(&self) -> &Arc<Exchanges> {
+        &self.exchanges
+    }
+
+    /// How many calls of its exchanges' peers are waiting for their reply, over every exchange.
+    pub fn calls_waiting(&self) -> usize {
+        self.exchanges.len()
     }
 }
 
