@@ -171,9 +171,9 @@ pub trait Dialect: Send + Sync + 'static {
     /// whose end this side announces with it when it ends the request itself (MCP's `subscriptions/listen`: a
     /// stream of notifications that only a cancel ends). `false` by default.
     ///
-    /// Serving such a request, the cancel layer sends [`end_notice`](Self::end_notice) before the request's reply
-    /// whenever this side ends it (its handler returned, a timeout, a shutdown, a parent's cancel), never when the
-    /// peer did (its cancel, its hang-up). Calling one, a [`Peer`](crate::Peer) takes the peer's cancel of its id
+    /// Serving such a request, the cancel layer sends [`end_notice`](Self::end_notice) whenever this side ends it
+    /// (its handler returned, a timeout, a shutdown, a parent's cancel), never when the peer did (its cancel, its
+    /// hang-up); the notice is the request's end, and no reply follows it. Calling one, a [`Peer`](crate::Peer) takes the peer's cancel of its id
     /// as the end of the call ([`PeerError::CancelledByPeer`](crate::PeerError::CancelledByPeer)).
     fn ends_with_cancel(&self, _method: &str) -> bool {
         false
