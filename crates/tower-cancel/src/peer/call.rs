@@ -21,6 +21,9 @@ use crate::{
 };
 
 /// A request to the peer: resolves to its result. See the [module docs](super).
+///
+/// Poll it inside a tokio runtime with its timer (as any tokio timeout): its timeout's sleep is made at its first poll.
+/// A call with no timeout ([`PeerCall::no_timeout`], [`Peer::without_default_timeout`]) needs no timer.
 #[must_use = "a PeerCall that is dropped at once cancels its request"]
 pub struct PeerCall {
     call: Outgoing<oneshot::Receiver<Answer>, Side>,
