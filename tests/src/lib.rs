@@ -264,7 +264,11 @@ impl Probe {
                 Ok(json!({ "slept": ms }))
             }
             "hang" => std::future::pending().await,
-            // MCP's subscription: open until the client cancels it, or `ms` if given (the server ends it).
+            // MCP's subscription: open until the client cancels it, or `ms` if given (the server ends it); refused
+            // with an error if asked to (`refuse`).
+            "subscriptions/listen" if params["refuse"] == true => {
+                Err(ErrorObject::internal_error("subscription refused").into())
+            }
             "subscriptions/listen" if ms > 0 => {
                 tokio::time::sleep(Duration::from_millis(ms)).await;
                 Ok(json!({ "resultType": "complete" }))

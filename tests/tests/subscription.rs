@@ -179,3 +179,26 @@ async fn a_cancel_of_another_id_is_still_a_cancel_of_the_clients_own_handler() {
     pair.to_server.expect(went_away).await;
     pair.finish().await;
 }
+
+/// A subscription the server refuses (its handler fails) is answered with the error, as any request: there was no
+/// subscription to tear down.
+#[tokio::test(start_paused = true)]
+async fn a_subscription_the_handler_refuses_gets_its_error_and_no_teardown() {
+    let mut pair = Pair::mcp();
+    let listen = pair
+        .client
+        .peer
+        .request("subscriptions/listen", json!({ "refuse": true }));
+    assert!(matches!(listen.await, Err(PeerError::Rejected(_))));
+    pair.to_server
+        .expect(
+            r#"{"jsonrpc":"2.0","id":0,"method":"subscriptions/listen","params":{"refuse":true}}"#,
+        )
+        .await;
+    let reply = pair.to_client.next().await;
+    assert!(
+        reply.starts_with(r#"{"jsonrpc":"2.0","id":0,"error":{"code":-32603"#),
+        "{reply}"
+    );
+    pair.finish().await;
+}

@@ -24,8 +24,9 @@ pub enum Held<'a> {
     InProcess(bool, usize),
     /// Idle connections to the target of this name, per connection ([`connections::idle_bytes`]).
     IdleConnections(&'a str, usize),
-    /// Outgoing calls of our `Peer` waiting for replies, per call ([`peer_side::pending_bytes`]).
-    PendingCalls(u64),
+    /// Outgoing calls of our `Peer` waiting for replies, per call ([`peer_side::pending_bytes`]), with the
+    /// peer's default timeout (true) or none.
+    PendingCalls(u64, bool),
 }
 
 impl Held<'_> {
@@ -45,7 +46,11 @@ impl Held<'_> {
             Held::IdleConnections(name, count) => {
                 vec!["idle".to_owned(), name.to_owned(), count.to_string()]
             }
-            Held::PendingCalls(count) => vec!["pending-calls".to_owned(), count.to_string()],
+            Held::PendingCalls(count, timeout) => vec![
+                "pending-calls".to_owned(),
+                count.to_string(),
+                if timeout { "timeout" } else { "no-timeout" }.to_owned(),
+            ],
         }
     }
 }
@@ -126,12 +131,15 @@ pub fn run_measurement(args: &[String]) -> Result<f64, String> {
         }
         Some("pending-calls") => {
             let count = number(args.get(1))?;
-            crate::run::on_fresh_runtime(async move { peer_side::pending_bytes(count).await })
-                .map_err(|e| e.to_string())
+            let timeout = args.get(2).map(String::as_str) != Some("no-timeout");
+            crate::run::on_fresh_runtime(async move {
+                peer_side::pending_bytes(count, timeout).await
+            })
+            .map_err(|e| e.to_string())
         }
         _ => Err(
             "usage: heap_bytes connection NAME duplex|unix COUNT | in-process bare|stack COUNT | idle NAME COUNT \
-             | pending-calls COUNT"
+             | pending-calls COUNT [timeout|no-timeout]"
                 .to_owned(),
         ),
     }

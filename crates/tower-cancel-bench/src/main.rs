@@ -1411,10 +1411,17 @@ fn peer_side_tables(
     sizes: &Sizes,
     targets: &mut Targets,
 ) -> Result<String, Box<dyn std::error::Error>> {
-    let pending = bytes::measure(Held::PendingCalls(sizes.pending_calls))?;
+    let pending = bytes::measure(Held::PendingCalls(sizes.pending_calls, true))?;
     targets.add(
         "(memory per pending outgoing call, reported)",
         format!("{pending:.0} bytes per call"),
+        "12",
+        "reported",
+    );
+    let untimed = bytes::measure(Held::PendingCalls(sizes.pending_calls, false))?;
+    targets.add(
+        "(memory per pending outgoing call without a timeout, reported)",
+        format!("{untimed:.0} bytes per call"),
         "12",
         "reported",
     );
@@ -1425,6 +1432,8 @@ fn peer_side_tables(
         "raw client (req/s)",
         "our Peer (calls/s)",
         "Peer / raw client",
+        "our Peer, no timeout (calls/s)",
+        "no timeout / raw client",
     ]);
     for &window in sizes.windows {
         let total = if window == 1 {
@@ -1432,8 +1441,8 @@ fn peer_side_tables(
         } else {
             sizes.peer_requests
         };
-        // The raw client and the Peer alternate, round after round.
-        let (mut raw, mut ours) = (Vec::new(), Vec::new());
+        // The raw client and the Peer (with its default timeout, then without one) alternate, round after round.
+        let (mut raw, mut ours, mut untimed) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..sizes.peer_rounds {
             raw.push(
                 run(async move {
@@ -1450,16 +1459,22 @@ fn peer_side_tables(
                 .per_second,
             );
             ours.push(run(async move {
-                peer_side::calls_per_second(window, total).await
+                peer_side::calls_per_second(window, total, true).await
+            })?);
+            untimed.push(run(async move {
+                peer_side::calls_per_second(window, total, false).await
             })?);
         }
         let ratio = Interval::of_ratios(&ours, &raw);
+        let untimed_ratio = Interval::of_ratios(&untimed, &raw);
         throughput.row(&[
             window.to_string(),
             total.to_string(),
             Interval::of(&raw).show(0),
             Interval::of(&ours).show(0),
             ratio.show(3),
+            Interval::of(&untimed).show(0),
+            untimed_ratio.show(3),
         ]);
         targets.add(
             &format!("(outgoing calls per second, {window} in flight, reported)"),
@@ -1512,13 +1527,15 @@ fn peer_side_tables(
          future held in a `FuturesUnordered` and polled once (its waker registered, as an awaited call's is); the \
          whole process's heap growth from before the first call to the other side having read them all, divided by \
          their number, in a process that counts its heap (the `heap_bytes` binary). The call's future, its entry in \
-         the pending table, its `FuturesUnordered` node are all in it. One run (counted, not timed): **{pending:.0} \
-         bytes per pending call**.\n\nThroughput: calls completed per second over one connection, at most N in \
+         the pending table, its `FuturesUnordered` node and its timer (every call has the peer's default timeout of \
+         60 s; the timer is made when the call is first polled) are all in it. One run (counted, not timed): \
+         **{pending:.0} bytes per pending call**; {untimed:.0} bytes for a call without a timeout (the peer's \
+         `without_default_timeout()`).\n\nThroughput: calls completed per second over one connection, at most N in \
          flight (as one completes the next is made), `bench/work` with ms 0 against the bare driver, which answers \
          at once; the reference is the harness's raw client (the one of figure 2: frames written in batches, \
          replies parsed for their id only) against the same server (the Peer's side includes the `FuturesUnordered` that keeps the calls \
-         awaited). {} rounds, raw client and Peer alternating \
-         within each; each cell the mean of the rounds with its 95% interval, the ratio the mean of the rounds' \
+         awaited); the Peer's calls with its default timeout, and without one. {} rounds, raw client and Peer \
+         alternating within each; each cell the mean of the rounds with its 95% interval, the ratio the mean of the rounds' \
          ratios.\n\n{}\nCascade: a client (raw frames) sends `bench/nested` to our LSP stack; its handler calls \
          the client back through its context's peer (`bench/held`, never answered), so that the call is a child of \
          the request (`CascadeLayer`). Once the client has read that call, it cancels `bench/nested`; the clock \

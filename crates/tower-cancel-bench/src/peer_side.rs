@@ -37,8 +37,9 @@ use crate::{client::HELD_MS, memory, ours::LSP_BARE};
 const PATIENCE: Duration = Duration::from_secs(5);
 
 /// Our end of a connection, served by the driver with the LSP stack over a handler that serves nothing (the other
-/// side sends no requests here): its peer, and the task serving it.
-fn our_end(stream: UnixStream) -> (Peer, JoinHandle<io::Result<()>>) {
+/// side sends no requests here): its peer (with its default timeout of 60 s, or with none when `timeout` is false),
+/// and the task serving it.
+fn our_end(stream: UnixStream, timeout: bool) -> (Peer, JoinHandle<io::Result<()>>) {
     let handler = service_fn(|req: Request| async move {
         Err::<Value, _>(ErrorObject::method_not_found(req.method()))
     });
@@ -46,6 +47,11 @@ fn our_end(stream: UnixStream) -> (Peer, JoinHandle<io::Result<()>>) {
     let peer = server
         .peer()
         .expect("the stack's dialect gives the connection a peer");
+    let peer = if timeout {
+        peer
+    } else {
+        peer.without_default_timeout()
+    };
     let (read, write) = stream.into_split();
     let serving = tokio::spawn(server.serve(read, write, Framing::ContentLength));
     (peer, serving)
@@ -55,12 +61,13 @@ fn our_end(stream: UnixStream) -> (Peer, JoinHandle<io::Result<()>>) {
 /// call's future held in a `FuturesUnordered` and polled once (its waker registered, as an awaited call's is), the
 /// whole process's heap growth from before the first to the other side having read them all, divided by their
 /// number. One call is made and kept before counting starts. It means something only in a process whose allocator
-/// counts: the `heap_bytes` binary ([`crate::bytes`]).
-pub async fn pending_bytes(count: u64) -> io::Result<f64> {
+/// counts: the `heap_bytes` binary ([`crate::bytes`]). With `timeout`, each call has the peer's default timeout
+/// (its timer is made at the first poll).
+pub async fn pending_bytes(count: u64, timeout: bool) -> io::Result<f64> {
     let (ours, theirs) = UnixStream::pair()?;
     let read = Arc::new(AtomicU64::new(0));
     let sink = tokio::spawn(sink(theirs, read.clone()));
-    let (peer, serving) = our_end(ours);
+    let (peer, serving) = our_end(ours, timeout);
     let mut calls = FuturesUnordered::new();
     calls.push(peer.request("bench/work", json!({ "ms": HELD_MS, "tag": 0 })));
     let before = memory::in_use();
@@ -89,12 +96,13 @@ async fn sink(stream: UnixStream, read: Arc<AtomicU64>) {
 
 /// Outgoing calls completed per second over one connection, at most `window` in flight, `total` in all, against
 /// the bare driver answering `bench/work` (ms 0) at once: the same server as figure 2's reference, so that the
-/// harness's raw client against it ([`crate::workload::throughput`]) is the measure to compare with.
-pub async fn calls_per_second(window: usize, total: u64) -> io::Result<f64> {
+/// harness's raw client against it ([`crate::workload::throughput`]) is the measure to compare with. With
+/// `timeout`, each call has the peer's default timeout.
+pub async fn calls_per_second(window: usize, total: u64, timeout: bool) -> io::Result<f64> {
     let (ours, theirs) = UnixStream::pair()?;
     let (read, write) = tokio::io::split(theirs);
     let server = tokio::spawn((LSP_BARE.serve)(Box::pin(read), Box::pin(write), window));
-    let (peer, serving) = our_end(ours);
+    let (peer, serving) = our_end(ours, timeout);
     let init = json!({ "processId": null, "rootUri": null, "capabilities": {} });
     peer.request("initialize", init)
         .await

@@ -5,7 +5,7 @@
 //! heap_bytes connection NAME duplex|unix COUNT   # COUNT requests held over a connection to the target NAME
 //! heap_bytes in-process bare|stack COUNT         # COUNT requests held in process
 //! heap_bytes idle NAME COUNT                     # COUNT idle connections to the target NAME (per connection)
-//! heap_bytes pending-calls COUNT                 # COUNT outgoing calls of our Peer awaiting replies (per call)
+//! heap_bytes pending-calls COUNT [no-timeout]    # COUNT outgoing calls of our Peer awaiting replies (per call)
 //! ```
 //!
 //! It prints the bytes per request held (per connection, per call), and nothing else.

@@ -161,7 +161,7 @@ where
                     // A request whose end this side announces (MCP's `subscriptions/listen`): the notice is its
                     // end, and no reply follows it (a client that takes the notice as the end would find a reply
                     // after it to be one for a request it no longer has).
-                    let announced = settlement.announce_end();
+                    let announced = settlement.announce_end(result.is_ok());
                     settlement.finish(result);
                     if let Some(reason) = announced {
                         return Poll::Ready(Err(Box::new(Cancelled::announced(reason))));

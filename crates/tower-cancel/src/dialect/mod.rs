@@ -182,8 +182,9 @@ pub trait Dialect: Send + Sync + 'static {
     /// stream of notifications that only a cancel ends). `false` by default.
     ///
     /// Serving such a request, the cancel layer sends [`end_notice`](Self::end_notice) whenever this side ends it
-    /// (its handler returned, a timeout, a shutdown, a parent's cancel), never when the peer did (its cancel, its
-    /// hang-up); the notice is the request's end, and no reply follows it. Calling one, a [`Peer`](crate::Peer) takes the peer's cancel of its id
+    /// (its handler answered, a timeout, a shutdown, a parent's cancel), never when the peer did (its cancel, its
+    /// hang-up); the notice is the request's end, and no reply follows it. A handler that fails (a subscription
+    /// refused) is answered with its error, as any request. Calling one, a [`Peer`](crate::Peer) takes the peer's cancel of its id
     /// as the end of the call ([`PeerError::CancelledByPeer`](crate::PeerError::CancelledByPeer)).
     fn ends_with_cancel(&self, _method: &str) -> bool {
         false

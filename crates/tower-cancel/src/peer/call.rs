@@ -42,8 +42,26 @@ struct Side {
     // Dropping the call sends no cancel (`detach`).
     detached: bool,
     // Never sent: its parent request was already cancelled (see `Peer::send`), or the dialect allows no such
-    // request here. Resolves to this error, once.
-    refused: Option<PeerError>,
+    // request here. Resolves to that error, once. A byte, not the error: every call carries it.
+    refused: Option<Refused>,
+}
+
+/// Why a call was never sent.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Refused {
+    /// Its parent request was already cancelled: [`PeerError::Cancelled`].
+    ParentCancelled,
+    /// The conversation's revision has no such request from this side: [`PeerError::NotAllowed`].
+    NotAllowed,
+}
+
+impl From<Refused> for PeerError {
+    fn from(refused: Refused) -> Self {
+        match refused {
+            Refused::ParentCancelled => PeerError::Cancelled,
+            Refused::NotAllowed => PeerError::NotAllowed,
+        }
+    }
 }
 
 impl PeerCall {
@@ -86,13 +104,13 @@ impl PeerCall {
     /// This call, never sent because its parent request was already cancelled: it resolves to
     /// [`PeerError::Cancelled`] and is not in the table.
     pub(super) fn refused(self) -> Self {
-        self.refused_with(PeerError::Cancelled)
+        self.refused_for(Refused::ParentCancelled)
     }
 
-    /// This call, never sent: it resolves to `error` and is not in the table.
-    pub(super) fn refused_with(mut self, error: PeerError) -> Self {
+    /// This call, never sent: it resolves to the error of `why` and is not in the table.
+    pub(super) fn refused_for(mut self, why: Refused) -> Self {
         self.call.disarm();
-        self.call.owner_mut().refused = Some(error);
+        self.call.owner_mut().refused = Some(why);
         self
     }
 
@@ -173,7 +191,7 @@ impl Future for PeerCall {
         if this.call.is_ended() {
             // Never sent, or polled again after its end.
             let refused = this.call.owner_mut().refused.take();
-            return Poll::Ready(Err(refused.unwrap_or(PeerError::Closed)));
+            return Poll::Ready(Err(refused.map_or(PeerError::Closed, PeerError::from)));
         }
         let (error, reason) = match ready!(Pin::new(&mut this.call).poll(cx)) {
             Event::Answered(Ok(Answer::Reply(response))) => {

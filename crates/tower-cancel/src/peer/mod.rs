@@ -281,7 +281,7 @@ impl Peer {
             .may_send_request(&method, &self.shared.session)
         {
             tracing::debug!(%id, method, "request not sent: the conversation's revision has none from this side");
-            return call.refused_with(PeerError::NotAllowed);
+            return call.refused_for(call::Refused::NotAllowed);
         }
         let endable = self.shared.dialect.ends_with_cancel(&method);
         let pending = Pending::new(method, tx, progress, endable);
