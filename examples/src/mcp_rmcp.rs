@@ -1,19 +1,23 @@
 //! The tools of the MCP examples written as an rmcp 3.11 [`ServerHandler`], for `mcp_server_rmcp` (stdio) and
-//! `mcp_http_server_rmcp` (Streamable HTTP): `sleep {"ms"}`, `progress {"steps", "intervalMs"}` and `stats`, with
-//! the same answers as [`crate::mcp`]'s. An ordinary rmcp handler: it watches `context.ct`, the token rmcp cancels
-//! on `notifications/cancelled`, and reports progress with `context.peer.notify_progress`; `tower-cancel-rmcp`
-//! serves it under the stack, which is what cancels it on every other cause too.
+//! `mcp_http_server_rmcp` (Streamable HTTP): `sleep {"ms"}`, `progress {"steps", "intervalMs"}`,
+//! `confirm {"action"}` and `stats`, and `subscriptions/listen`, with the same answers as [`crate::mcp`]'s. An
+//! ordinary rmcp handler: it watches `context.ct`, the token rmcp cancels on `notifications/cancelled`, reports
+//! progress with `context.peer.notify_progress`, asks the client with `context.peer.create_elicitation`, and serves
+//! subscriptions with rmcp's own `accepted_subscription_filter` and `listen`; `tower-cancel-rmcp` serves it under
+//! the stack, which is what cancels it on every other cause too, cancels its elicitation on the wire with the tool
+//! call, and announces the end of a subscription the server ends (`notifications/cancelled` naming it).
 
 use std::time::Duration;
 
 use rmcp::{
     model::{
         CallToolRequestParams, CallToolResponse, CallToolResult, CustomRequest, CustomResult,
-        DiscoverResult, ErrorCode, Implementation, InitializeRequestParams, InitializeResult,
-        ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProtocolVersion,
-        ServerCapabilities, ServerConfig,
+        DiscoverResult, ElicitRequestParams, ElicitationAction, ElicitationSchema, ErrorCode,
+        Implementation, InitializeRequestParams, InitializeResult, ListToolsResult,
+        PaginatedRequestParams, ProgressNotificationParam, ProtocolVersion, ServerCapabilities,
+        ServerConfig, SubscriptionFilter,
     },
-    service::{RequestContext, RoleServer},
+    service::{RequestContext, RoleServer, ServiceError, SubscriptionContext},
     ErrorData, ServerHandler,
 };
 use serde_json::{json, Value};
@@ -29,6 +33,13 @@ pub struct RmcpTools {
     stats: SleepStats,
     in_flight: InFlight,
     versions: Versions,
+    // When the server ends each subscription by itself (`--subscription-ms`); never if `None`.
+    subscription_end: Option<Duration>,
+}
+
+#[derive(serde::Deserialize)]
+struct ConfirmArgs {
+    action: String,
 }
 
 #[derive(serde::Deserialize)]
@@ -46,7 +57,15 @@ impl RmcpTools {
             stats: SleepStats::default(),
             in_flight: InFlight::default(),
             versions,
+            subscription_end: None,
         }
+    }
+
+    /// End every `subscriptions/listen` stream `after` it opened (the `--subscription-ms` flag): rmcp answers its
+    /// completion result, and the stack tells the client first with `notifications/cancelled` naming the listen.
+    pub fn end_subscriptions_after(mut self, after: Option<Duration>) -> Self {
+        self.subscription_end = after;
+        self
     }
 
     /// Where `stats` takes `inFlight` from.
@@ -99,6 +118,52 @@ impl RmcpTools {
             "content": [{ "type": "text", "text": format!("did {} steps", args.steps) }],
             "structuredContent": { "steps": args.steps },
         }))
+    }
+
+    /// Ask the client to allow `action` (`elicitation/create`, through rmcp's peer: the bridge sends it through
+    /// the tool call's peer, so cancelling the call cancels it on the wire), and answer what it said. Counted like
+    /// `sleep`: a call cancelled while the client is asked counts as cancelled.
+    async fn confirm(
+        &self,
+        args: Value,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<Value, ErrorData> {
+        let args: ConfirmArgs = serde_json::from_value(args).map_err(invalid_params)?;
+        let run = self.stats.start();
+        let params = ElicitRequestParams::FormElicitationParams {
+            meta: None,
+            message: format!("Allow {}?", args.action),
+            // An empty object: a yes or a no, nothing to fill in.
+            requested_schema: ElicitationSchema::new(Default::default()),
+        };
+        let asked = tokio::select! {
+            // `ct` first: when the call is cancelled, the bridge also hands rmcp an error for the elicitation it
+            // cancelled; that is the cancel, not an answer.
+            biased;
+            () = context.ct.cancelled() => return Err(ErrorData::internal_error("cancelled", None)),
+            asked = context.peer.create_elicitation(params) => asked,
+        };
+        run.finish();
+        let answer = match asked {
+            Ok(result) if result.action == ElicitationAction::Accept => "confirmed",
+            Ok(_) => "declined",
+            // rmcp refuses to send it in the stateless revision: a tool error (the call itself was fine).
+            Err(ServiceError::McpError(_)) if stateless(context) => {
+                return Ok(json!({
+                    "content": [{ "type": "text", "text": "confirm needs elicitation, and a server of the \
+                        stateless revision (2026-07-28) sends the client no requests" }],
+                    "isError": true,
+                }))
+            }
+            Err(ServiceError::McpError(error)) => return Err(error),
+            Err(other) => {
+                return Err(ErrorData::internal_error(
+                    format!("the client was not asked: {other}"),
+                    None,
+                ))
+            }
+        };
+        Ok(json!({ "content": [{ "type": "text", "text": answer }] }))
     }
 
     /// The counters; `inFlight` the requests in the stack's registry (the endpoint's, over HTTP), less this one.
@@ -178,6 +243,32 @@ impl ServerHandler for RmcpTools {
         Err(ErrorData::new(ErrorCode::METHOD_NOT_FOUND, message, None))
     }
 
+    /// What a `subscriptions/listen` may ask of this server: its one list, its tools (which never change). rmcp
+    /// acknowledges the part of it that the client asked for and that [`Self::get_info`] advertises.
+    fn accepted_subscription_filter(
+        &self,
+        _requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        Some(SubscriptionFilter::builder().tools_list_changed().build())
+    }
+
+    /// One subscription, acknowledged by rmcp: open until the client cancels it (`ct`) or, with
+    /// `--subscription-ms`, until the server ends it; then rmcp answers the completion result naming it, after the
+    /// stack's `notifications/cancelled` announcing the end.
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        let ended = async {
+            match self.subscription_end {
+                Some(after) => tokio::time::sleep(after).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = context.cancelled() => {}
+            () = ended => {}
+        }
+        Ok(())
+    }
+
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
@@ -187,6 +278,7 @@ impl ServerHandler for RmcpTools {
         let mut result = match request.name.as_ref() {
             "sleep" => self.sleep(args, &context).await?,
             "progress" => self.progress(args, &context).await?,
+            "confirm" => self.confirm(args, &context).await?,
             "stats" => self.stats(&context),
             other => return Err(invalid_params(format!("unknown tool {other:?}"))),
         };
