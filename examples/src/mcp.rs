@@ -17,7 +17,7 @@
 //! (honouring `toolsListChanged`, the one list this server has; its tools never change) and stays open until the
 //! client cancels it, or, with [`Tools::end_subscriptions_after`] (`--subscription-ms N`), until the server ends it
 //! after N ms: then the client gets `notifications/cancelled` naming the listen request (sent by the stack's
-//! cancel layer), then the listen's completion result.
+//! cancel layer), which is the subscription's end: no reply follows it.
 //!
 //! # Revisions
 //!
@@ -107,7 +107,8 @@ impl Tools {
     }
 
     /// End every `subscriptions/listen` stream `after` it opened (the `--subscription-ms` flag): the client is
-    /// told with `notifications/cancelled` naming the listen request, then gets its completion result.
+    /// told with `notifications/cancelled` naming the listen request, which ends it (the stack sends it in place of
+    /// the handler's result).
     pub fn end_subscriptions_after(mut self, after: Option<Duration>) -> Self {
         self.subscription_end = after;
         self

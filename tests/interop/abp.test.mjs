@@ -333,6 +333,32 @@ describe("abp_app driven by a JavaScript agent over ws", () => {
     assert.equal(results.length, 1, "one call-result for the call, whatever the cancels");
   });
 
+  it("a cancel of callId x before any call x is not found, and a later call x runs normally", async () => {
+    // One WebSocket delivers in order: a cancel cannot overtake its call, so "not found" is all it is.
+    const agent = await session();
+    const before = await agent.stats();
+    assert.deepEqual(await agent.cancel("x", "before its call"), {
+      callId: "x",
+      cancelled: false,
+      reason: "Operation not found",
+    });
+    const { callId, result } = await agent.call("sleep", { ms: 5 }, { callId: "x" });
+    assert.equal(callId, "x");
+    assert.deepEqual(result, { success: true, data: { slept: 5 } });
+    assert.deepEqual(await agent.stats(), {
+      started: before.started + 1,
+      completed: before.completed + 1,
+      cancelled: before.cancelled,
+      inFlight: 0,
+    });
+    // Known now: a cancel of it says it completed.
+    assert.deepEqual(await agent.cancel("x"), {
+      callId: "x",
+      cancelled: false,
+      reason: "Operation already completed",
+    });
+  });
+
   it("options.timeout stops the call: cancelled, with code TIMEOUT", async () => {
     const agent = await session();
     const before = await agent.stats();

@@ -9,7 +9,7 @@
 import { describe, it, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { Client, StreamableHTTPClientTransport, SdkError, SdkErrorCode, ProtocolError } from "@modelcontextprotocol/client";
-import { withTimeout, expectRejection } from "./helpers.mjs";
+import { withTimeout, waitFor, sleep, expectRejection } from "./helpers.mjs";
 import { spawnHttpServer, FetchRecorder, messagesOf, pollUntil } from "./http.mjs";
 
 const VERSION = "2026-07-28";
@@ -46,7 +46,7 @@ describe("mcp_http_server via @modelcontextprotocol/client 2.x, pinned to 2026-0
   }
 
   before(async () => {
-    server = await spawnHttpServer("mcp_http_server");
+    server = await spawnHttpServer("mcp_http_server", ["--subscription-ms", "300"]);
     recorder = new FetchRecorder();
     const transport = new StreamableHTTPClientTransport(new URL(server.url), { fetch: recorder.fetch });
     client = new Client(
@@ -79,9 +79,9 @@ describe("mcp_http_server via @modelcontextprotocol/client 2.x, pinned to 2026-0
     assert.ok(recorder.exchanges.every((ex) => ex.sessionId === undefined), "no Mcp-Session-Id minted");
   });
 
-  it("tools/list has progress, sleep and stats, with its cache fields", async () => {
+  it("tools/list has confirm, progress, sleep and stats, with its cache fields", async () => {
     const { tools } = await client.listTools();
-    assert.deepEqual(tools.map((t) => t.name).sort(), ["progress", "sleep", "stats"]);
+    assert.deepEqual(tools.map((t) => t.name).sort(), ["confirm", "progress", "sleep", "stats"]);
     const [list] = recorder.posted((m) => m.method === "tools/list");
     const [reply] = messagesOf(list);
     assert.equal(reply.result.resultType, "complete");
@@ -180,6 +180,70 @@ describe("mcp_http_server via @modelcontextprotocol/client 2.x, pinned to 2026-0
     assert.equal(error.code, -32602);
     const [call] = recorder.posted((m) => m.method === "tools/call" && m.params?.name === "nope");
     assert.equal(call.status, 400);
+  });
+
+  it("confirm: this revision has no requests from server to client, so the tool says so (no hang)", async () => {
+    const res = await withTimeout(
+      client.callTool({ name: "confirm", arguments: { action: "deploy" } }),
+      5000,
+      "confirm hung",
+    );
+    assert.equal(res.isError, true);
+    assert.match(res.content[0].text, /stateless revision \(2026-07-28\) sends the client no requests/);
+    const [call] = recorder.posted((m) => m.method === "tools/call" && m.params?.name === "confirm");
+    assert.deepEqual(
+      messagesOf(call).map((m) => m.method ?? "reply"),
+      ["reply"],
+      "nothing but the reply: no elicitation/create",
+    );
+  });
+
+  it("listen(): acknowledged; the server ends it after 300 ms with notifications/cancelled on its stream", async () => {
+    const errorsBefore = errors.length;
+    const started = Date.now();
+    const subscription = await withTimeout(client.listen({ toolsListChanged: true }), 5000, "listen() never acknowledged");
+    assert.deepEqual(subscription.honoredFilter, { toolsListChanged: true });
+    const cause = await withTimeout(subscription.closed, 5000, "the subscription never ended");
+    const elapsed = Date.now() - started;
+    // The SDK's name for an end without a result; it takes the server's cancel as the subscription's end.
+    assert.equal(cause, "remote");
+    assert.ok(elapsed >= 290, `ended after ${elapsed} ms`);
+    const [listen] = recorder.posted((m) => m.method === "subscriptions/listen");
+    // The SDK aborts its fetch once the cancel told it the subscription is over (so the recorder may not see the
+    // body's end); what came on the stream is the acknowledgment and the teardown, and nothing after them.
+    await waitFor(() => messagesOf(listen).length >= 2, 2000, "the teardown never came on the listen's stream");
+    await sleep(200);
+    assert.deepEqual(messagesOf(listen), [
+      {
+        jsonrpc: "2.0",
+        method: "notifications/subscriptions/acknowledged",
+        params: {
+          _meta: { "io.modelcontextprotocol/subscriptionId": listen.body.id },
+          notifications: { toolsListChanged: true },
+        },
+      },
+      {
+        jsonrpc: "2.0",
+        method: "notifications/cancelled",
+        params: { requestId: listen.body.id, reason: "subscription ended by the server" },
+      },
+    ]);
+    assert.deepEqual(errors.slice(errorsBefore).map(String), [], "nothing the SDK could not place");
+  });
+
+  it("listen() closed by the client: the stream is closed, the server sends nothing more for it", async () => {
+    const subscription = await withTimeout(client.listen({ toolsListChanged: true }), 5000, "listen() never acknowledged");
+    await subscription.close();
+    assert.equal(await subscription.closed, "local");
+    const listens = recorder.posted((m) => m.method === "subscriptions/listen");
+    const listen = listens.at(-1);
+    await withTimeout(listen.ended, 2000, "the closed listen's exchange never ended");
+    await sleep(500);
+    assert.deepEqual(
+      messagesOf(listen).map((m) => m.method ?? "result"),
+      ["notifications/subscriptions/acknowledged"],
+      "no teardown and no result after the client's own close",
+    );
   });
 
   it("a short sleep completes, and the client reported no errors", async () => {

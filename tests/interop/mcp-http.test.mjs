@@ -11,17 +11,18 @@ import { describe, it, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
-import { McpError, ErrorCode } from "@modelcontextprotocol/sdk/types.js";
-import { withTimeout, expectRejection } from "./helpers.mjs";
+import { McpError, ErrorCode, ElicitRequestSchema } from "@modelcontextprotocol/sdk/types.js";
+import { withTimeout, waitFor, sleep, expectRejection } from "./helpers.mjs";
 import { spawnHttpServer, FetchRecorder, messagesOf, pollUntil } from "./http.mjs";
 
-/** A Client on a new session of `url`, with its transport and recorder. */
-async function connect(url) {
+/** A Client on a new session of `url`, with its transport and recorder; `setup` prepares the client first. */
+async function connect(url, capabilities = {}, setup = () => {}) {
   const recorder = new FetchRecorder();
   const transport = new StreamableHTTPClientTransport(new URL(url), { fetch: recorder.fetch });
-  const client = new Client({ name: "tower-cancel-interop", version: "0.0.0" }, { capabilities: {} });
+  const client = new Client({ name: "tower-cancel-interop", version: "0.0.0" }, { capabilities });
   const errors = [];
   client.onerror = (e) => errors.push(e);
+  setup(client);
   await withTimeout(client.connect(transport), 5000, "initialize got no answer");
   return { client, transport, recorder, errors };
 }
@@ -84,9 +85,9 @@ describe("mcp_http_server via @modelcontextprotocol/sdk 1.x StreamableHTTPClient
     assert.equal(initialized.status, 202);
   });
 
-  it("tools/list has progress, sleep and stats", async () => {
+  it("tools/list has confirm, progress, sleep and stats", async () => {
     const { tools } = await session.client.listTools();
-    assert.deepEqual(tools.map((t) => t.name).sort(), ["progress", "sleep", "stats"]);
+    assert.deepEqual(tools.map((t) => t.name).sort(), ["confirm", "progress", "sleep", "stats"]);
   });
 
   it("a sleep aborted by an AbortSignal: the SDK POSTs notifications/cancelled, the handler stops, no reply", async () => {
@@ -214,5 +215,116 @@ describe("mcp_http_server via @modelcontextprotocol/sdk 1.x StreamableHTTPClient
     await client.close();
     const outcome = await withTimeout(settled, 2000, "the call outlived client.close()");
     assert.ok(outcome.error, `the call resolved: ${JSON.stringify(outcome.value)}`);
+  });
+});
+
+/**
+ * `confirm {action}` in a session: the server's `elicitation/create` goes out on the SSE stream of the tool call's
+ * POST, the SDK answers it with a POST of its own, and that answer reaches the waiting tool. Cancelling the tool
+ * call while the question is open cancels the question on the same stream (`notifications/cancelled` naming it),
+ * and the SDK aborts its handler's signal.
+ */
+describe("mcp_http_server confirm: the SDK client answers the server's elicitation/create (2025-11-25)", () => {
+  let server;
+  let session;
+  let answer = { action: "accept", content: {} };
+  const asked = [];
+
+  before(async () => {
+    server = await spawnHttpServer("mcp_http_server");
+    session = await connect(server.url, { elicitation: {} }, (client) => {
+      client.setRequestHandler(ElicitRequestSchema, async (request, extra) => {
+        asked.push({ params: request.params, id: extra.requestId, signal: extra.signal });
+        if (answer !== "wait") return answer;
+        await new Promise((resolve) => extra.signal.addEventListener("abort", resolve, { once: true }));
+        return { action: "cancel" };
+      });
+    });
+  });
+
+  after(async () => {
+    await session?.client.close().catch(() => {});
+    const exit = await server?.stop();
+    assert.doesNotMatch(server?.stderr() ?? "", /panicked/);
+    assert.equal(exit?.signal ?? "SIGTERM", "SIGTERM", "the server ended by SIGTERM");
+  });
+
+  it("accepted: asked on the call's stream, answered by a POST of the session, confirmed", async () => {
+    const { client, recorder, transport } = session;
+    answer = { action: "accept", content: {} };
+    const res = await withTimeout(
+      client.callTool({ name: "confirm", arguments: { action: "deploy" } }),
+      5000,
+      "confirm hung",
+    );
+    assert.deepEqual(res.content, [{ type: "text", text: "confirmed" }]);
+    assert.deepEqual(asked[0].params, {
+      message: "Allow deploy?",
+      requestedSchema: { type: "object", properties: {} },
+    });
+    const call = callExchange(recorder, { action: "deploy" });
+    const messages = messagesOf(call);
+    assert.equal(messages[0].method, "elicitation/create", "the question on the call's own stream");
+    assert.equal(messages[0].id, asked[0].id);
+    assert.equal(messages.at(-1).id, call.body.id, "then the call's reply");
+    const [reply] = recorder.posted((m) => m.id === asked[0].id && m.result);
+    await withTimeout(reply.ended, 2000, "the answer's POST got no response");
+    assert.equal(reply.status, 202);
+    assert.equal(reply.headers["mcp-session-id"], transport.sessionId);
+  });
+
+  it("two questions at once get ids of their own, and each answer reaches its tool", async () => {
+    const { client } = session;
+    answer = { action: "decline" };
+    const [a, b] = await withTimeout(
+      Promise.all([
+        client.callTool({ name: "confirm", arguments: { action: "a" } }),
+        client.callTool({ name: "confirm", arguments: { action: "b" } }),
+      ]),
+      5000,
+      "the two confirms hung",
+    );
+    assert.deepEqual(a.content, [{ type: "text", text: "declined" }]);
+    assert.deepEqual(b.content, [{ type: "text", text: "declined" }]);
+    const ids = asked.slice(1).map((q) => q.id);
+    assert.equal(new Set([asked[0].id, ...ids]).size, 3, `ids unique in the session: ${ids}`);
+  });
+
+  it("cancelled while asked: notifications/cancelled on the call's stream, the handler's signal fires", async () => {
+    const { client, recorder } = session;
+    answer = "wait";
+    const before = await stats(client);
+    const ac = new AbortController();
+    const started = Date.now();
+    const pending = client.callTool({ name: "confirm", arguments: { action: "reboot" } }, undefined, {
+      signal: ac.signal,
+    });
+    await waitFor(() => asked.length === 4, 5000, "the server never asked");
+    const question = asked[3];
+    ac.abort("user pressed stop");
+    await withTimeout(expectRejection(pending, started, "the aborted confirm"), 5000, "the aborted call did not reject");
+    await withTimeout(
+      new Promise((resolve) =>
+        question.signal.aborted ? resolve() : question.signal.addEventListener("abort", resolve, { once: true }),
+      ),
+      5000,
+      "the elicitation handler's abort signal never fired",
+    );
+    const call = callExchange(recorder, { action: "reboot" });
+    const ended = await withTimeout(call.ended, 2000, "the server left the cancelled call's stream open");
+    assert.equal(ended.how, "server-ended");
+    assert.deepEqual(messagesOf(call), [
+      { jsonrpc: "2.0", id: question.id, method: "elicitation/create", params: asked[3].params },
+      {
+        jsonrpc: "2.0",
+        method: "notifications/cancelled",
+        params: { requestId: question.id, reason: "parent request cancelled" },
+      },
+    ]);
+    const after = await untilCancelled(client, before);
+    assert.equal(after.completed, before.completed);
+    await sleep(100);
+    assert.deepEqual(recorder.posted((m) => m.id === question.id && !m.method), [], "no answer to a cancelled question");
+    assert.deepEqual(session.errors.map(String), []);
   });
 });

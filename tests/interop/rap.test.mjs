@@ -1,11 +1,13 @@
 // rap_tool_server driven as a RAP runtime drives it, over plain HTTP: Node's fetch invokes the tools (with
 // the bearer token), a callback server of node:http receives the tool results, and the rap_cancel binary (the
 // runtime side of the cancellation, as a command) cancels a call on the server and on a URL that refuses
-// connections, and is run against tool servers that answer 500 or never answer (its timeouts, no retry). The command lines of both binaries are the contract checked here.
+// connections, and is run against tool servers that answer 500 or never answer (its timeouts, no retry); a
+// runtime interrupting a fan-out of 1000 calls POSTs their 1000 cancels at once, and each is answered 200 and
+// honoured. The command lines of both binaries are the contract checked here.
 import { describe, it, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { createServer } from "node:http";
+import { Agent, createServer, request as httpRequest } from "node:http";
 import { createServer as createTcpServer } from "node:net";
 import { binPath, withTimeout } from "./helpers.mjs";
 import { spawnHttpServer, pollUntil } from "./http.mjs";
@@ -81,6 +83,29 @@ describe("rap_tool_server, invoked over HTTP and cancelled by rap_cancel", () =>
     if (token) headers.authorization = `Bearer ${token}`;
     const res = await fetch(`${server.url}${path}`, { method: "POST", headers, body: JSON.stringify(body) });
     return { status: res.status, headers: res.headers, text: await res.text() };
+  }
+
+  /** POSTs `body` to `path` with the token through node:http's `agent` (a client's pool of connections). */
+  function postWith(agent, path, body) {
+    return new Promise((resolve, reject) => {
+      const req = httpRequest(
+        `${server.url}${path}`,
+        {
+          method: "POST",
+          agent,
+          headers: { "content-type": "application/json", authorization: `Bearer ${TOKEN}` },
+        },
+        (res) => {
+          let text = "";
+          res.setEncoding("utf8");
+          res.on("data", (chunk) => (text += chunk));
+          res.on("end", () => resolve({ status: res.statusCode, text }));
+          res.on("error", reject);
+        },
+      );
+      req.on("error", reject);
+      req.end(JSON.stringify(body));
+    });
   }
 
   /** POSTs an invocation as a runtime does; `token: null` sends none. */
@@ -160,6 +185,50 @@ describe("rap_tool_server, invoked over HTTP and cancelled by rap_cancel", () =>
       call_id: "call_p1",
       text: "slept 20 ms",
     });
+  });
+
+  it("1000 sleeps cancelled by one runtime at once all stop, and every cancel is answered 200", async () => {
+    const CALLS = 1000;
+    const thread = "t-burst";
+    const ids = Array.from({ length: CALLS }, (_, n) => `toolu_burst_${n}`);
+    const before = await stats();
+    // The fan-out: 1000 sleeps in one thread (its bound on calls in flight), invoked 50 at a time.
+    for (let first = 0; first < CALLS; first += 50) {
+      const batch = ids.slice(first, first + 50);
+      const statuses = await Promise.all(batch.map(async (id) => (await invoke(thread, id, "sleep", { ms: 60000 })).status));
+      assert.deepEqual(statuses, batch.map(() => 200));
+    }
+    await pollUntil(stats, (s) => s.started === before.started + CALLS, 20000, "the 1000 sleeps started");
+
+    // The runtime interrupts the thread: every cancel at once, as one client (its token, its host) through its
+    // HTTP client's pool of keep-alive connections, so none waits for another's answer before it is sent.
+    const runtime = new Agent({ keepAlive: true, maxSockets: 100 });
+    try {
+      const answers = await withTimeout(
+        Promise.all(ids.map((id) => postWith(runtime, "/cancel_tool_call", { thread_id: thread, tool_call_id: id }))),
+        20000,
+        "the 1000 cancels were not all answered",
+      );
+      const notOk = answers.filter((answer) => answer.status !== 200 || answer.text !== "");
+      assert.deepEqual(notOk, [], "every cancel is answered 200, with an empty body");
+    } finally {
+      runtime.destroy();
+    }
+
+    // A cancel past the rate limit would be answered 200 but do nothing: its sleep would run on.
+    const after = await pollUntil(
+      stats,
+      (s) => s.cancelled === before.cancelled + CALLS && s.inFlight === 0,
+      20000,
+      `every sleep stopped (before: ${JSON.stringify(before)})`,
+    );
+    assert.equal(after.started, before.started + CALLS);
+    assert.equal(after.completed, before.completed);
+    assert.deepEqual(
+      callbacks.results.filter((r) => r.body.group_id === thread),
+      [],
+      "a cancelled call sends no result",
+    );
   });
 
   it("rap_cancel stops a sleep: 200 from the server, an error from a refusing URL, and no result", async () => {

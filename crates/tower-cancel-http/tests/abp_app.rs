@@ -139,19 +139,29 @@ async fn cancelling_a_cancelled_call_says_cancelled_every_time() {
 }
 
 #[tokio::test]
-async fn a_call_whose_cancel_came_first_never_runs_and_says_cancelled() {
+async fn a_cancel_before_its_call_is_not_found_and_the_call_then_runs() {
+    // One WebSocket delivers in order: a cancel for a callId the session has not received is for no call. Its
+    // answer says so, and it has no later effect.
     let app = serve(None).await;
     let mut wire = Wire::session(&app.url).await;
-    let cancel = wire.cancel("overtaken").await;
+    let cancel = wire.cancel("x").await;
     assert_eq!(
-        wire.reply_to(&cancel).await["payload"]["reason"],
-        "Operation not found"
+        wire.reply_to(&cancel).await["payload"],
+        json!({"callId": "x", "cancelled": false, "reason": "Operation not found"})
     );
-    let call = wire.call("overtaken", "sleep", json!({"ms": 60_000})).await;
+    let call = wire.call("x", "sleep", json!({"ms": 1})).await;
     let result = wire.reply_to(&call).await;
-    assert_eq!(result["payload"]["cancelled"], true);
-    assert_eq!(result["payload"]["error"]["code"], "CANCELLED");
-    assert_eq!(app.counts.started(), 0, "the operation was skipped");
+    assert_eq!(
+        result["payload"],
+        json!({"success": true, "data": {"slept": 1}})
+    );
+    assert_eq!(app.counts.started(), 1, "the call ran");
+    // And it is known now: a cancel of it says it completed.
+    let cancel = wire.cancel("x").await;
+    assert_eq!(
+        wire.reply_to(&cancel).await["payload"],
+        json!({"callId": "x", "cancelled": false, "reason": "Operation already completed"})
+    );
     wire.close().await;
     app.settled().await;
 }

@@ -78,6 +78,10 @@ pub enum CancelOutcome {
     AlreadySettled,
     /// No such request in flight: the cancel is remembered in case the request arrives after it.
     Remembered,
+    /// No such request in flight, and the registry keeps no early cancels
+    /// ([`Registry::without_early_cancels`](crate::registry::Registry::without_early_cancels)): the cancel did
+    /// nothing.
+    NotFound,
 }
 
 /// What a cancel did, as a dialect that acknowledges cancels tells the peer (ABP's `cancel-result`). Decided by
@@ -92,7 +96,9 @@ pub enum CancelAck {
     /// Its handler's outcome won the race, or it had ended before: that outcome is its reply.
     AlreadyCompleted,
     /// No such request in flight nor remembered as finished. The cancel is remembered as an early one, so a
-    /// request with that id arriving after it starts out cancelled.
+    /// request with that id arriving after it starts out cancelled, unless the registry keeps no early cancels
+    /// ([`Registry::without_early_cancels`](crate::registry::Registry::without_early_cancels), the scope of a
+    /// dialect such as ABP): then it did nothing, and a request of that id arriving after it runs.
     NotFound,
     /// The request is in flight but its dialect never lets it be cancelled (`initialize`).
     NotCancellable,

@@ -87,12 +87,33 @@ impl fmt::Display for CancelReason {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Cancelled {
     reason: CancelReason,
+    // The end was announced to the peer already (`Dialect::end_notice`): nothing more is sent for the request.
+    announced: bool,
 }
 
 impl Cancelled {
     /// A cancellation for `reason`, for layers and services of your own that settle a request as cancelled.
     pub fn new(reason: CancelReason) -> Self {
-        Self { reason }
+        Self {
+            reason,
+            announced: false,
+        }
+    }
+
+    /// A request whose end this side announced with the dialect's cancel message (an MCP server tearing down a
+    /// subscription: see [`Dialect::ends_with_cancel`](crate::Dialect::ends_with_cancel)): that message was its
+    /// end, and it gets no reply after it.
+    pub(crate) fn announced(reason: CancelReason) -> Self {
+        Self {
+            reason,
+            announced: true,
+        }
+    }
+
+    /// Whether the request's end was announced to the peer with the dialect's cancel message, so that no reply
+    /// follows.
+    pub fn was_announced(&self) -> bool {
+        self.announced
     }
 
     /// Why the request was cancelled.

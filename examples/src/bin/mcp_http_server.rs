@@ -15,7 +15,7 @@
 //! POST. In a `2025-11-25` session, `confirm`'s `elicitation/create` goes out on the SSE stream of the tool call's
 //! POST and the client POSTs its answer; cancelling the tool call cancels it there with `notifications/cancelled`.
 //! A stateless (`2026-07-28`) `subscriptions/listen` stream stays open until the client closes it, or until
-//! `--subscription-ms` passes: then `notifications/cancelled` naming it goes out on it before its result.
+//! `--subscription-ms` passes: then `notifications/cancelled` naming it goes out on it and ends it.
 //!
 //! Served by [`tower_cancel_http::serve()`] with its default bounds against hostile clients: a request's head and its body
 //! within 30 s each, idle connections closed, at most 1024 connections open (the one idle the longest closed to

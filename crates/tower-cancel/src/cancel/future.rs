@@ -158,10 +158,14 @@ where
                             connection.session().mark_initialized();
                         }
                     }
-                    // A request whose end this side announces (MCP's `subscriptions/listen`): the notice goes
-                    // out before the reply, which is only written once this future resolves.
-                    settlement.announce_end();
+                    // A request whose end this side announces (MCP's `subscriptions/listen`): the notice is its
+                    // end, and no reply follows it (a client that takes the notice as the end would find a reply
+                    // after it to be one for a request it no longer has).
+                    let announced = settlement.announce_end();
                     settlement.finish(result);
+                    if let Some(reason) = announced {
+                        return Poll::Ready(Err(Box::new(Cancelled::announced(reason))));
+                    }
                 }
                 poll
             }

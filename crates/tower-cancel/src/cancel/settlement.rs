@@ -11,6 +11,7 @@ use crate::{
     message::Id,
     metrics::{self, DialectLabel},
     outcome::BoxError,
+    reason::CancelReason,
     scope::{Connection, Registration},
 };
 
@@ -71,21 +72,20 @@ impl Settlement {
     }
 
     /// Send the notice of the request's end, if its dialect announces it and this side ended it (see
-    /// `Dialect::ends_with_cancel`).
-    pub(super) fn announce_end(&self) {
-        let Some(registration) = &self.registration else {
-            return;
-        };
-        let Some(notice) = registration.lifecycle().end_notice() else {
-            return;
-        };
+    /// `Dialect::ends_with_cancel`). Returns why it ended, if the notice was sent.
+    pub(super) fn announce_end(&self) -> Option<CancelReason> {
+        let registration = self.registration.as_ref()?;
+        let lifecycle = registration.lifecycle();
+        let notice = lifecycle.end_notice()?;
         let connection = registration.connection();
         let sent = connection.outbox().send_request(&notice).is_ok();
-        tracing::debug!(
-            id = %registration.lifecycle().id(),
-            sent,
-            "the request's end announced to the peer"
-        );
+        tracing::debug!(id = %lifecycle.id(), sent, "the request's end announced to the peer");
+        Some(
+            lifecycle
+                .reason()
+                .cloned()
+                .unwrap_or_else(|| CancelReason::local("ended by this side")),
+        )
     }
 
     /// Enter the request's span for one poll.

@@ -26,6 +26,11 @@ use crate::{
 /// | the call completed, or completing as the cancel came | `{callId, cancelled: false, reason: "Operation already completed"}` |
 /// | no such call (or one forgotten) | `{callId, cancelled: false, reason: "Operation not found"}` |
 ///
+/// "Not found" means not found: one WebSocket delivers in order, so a cancel cannot overtake its call, and the
+/// dialect keeps no early cancels ([`Dialect::remembers_early_cancels`] is `false`). A call with that `callId`
+/// that comes after the cancel runs as any other. A call received but not yet running (queued behind
+/// backpressure) is in flight already: a cancel skips it, and its result says `cancelled: true`.
+///
 /// A cancelled call is answered (the agent waits for its result): the error's `data` carries the ABP error code
 /// ([`CANCELLED`], or [`TIMEOUT`] when the call's own `options.timeout` expired) and `cancelled: true`, which the
 /// transport renders as `{success: false, cancelled: true, error: {code, message, retryable}}`. ABP has no
@@ -231,6 +236,13 @@ impl Dialect for Abp {
 
     fn acknowledges_cancels(&self) -> bool {
         true
+    }
+
+    fn remembers_early_cancels(&self) -> bool {
+        // One WebSocket delivers in order: a cancel cannot overtake its call, so one for a callId the session has
+        // not received is for no call. Remembering it would skip a later call of that id that the answer ("not
+        // found") told the agent nothing about.
+        false
     }
 
     fn acknowledge(&self, notice: &CancelNotice, ack: CancelAck) -> Option<Value> {

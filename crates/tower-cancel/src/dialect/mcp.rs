@@ -36,8 +36,8 @@ use crate::{
 /// [`PeerError::NotAllowed`](crate::PeerError::NotAllowed)).
 ///
 /// Subscriptions (`subscriptions/listen`): the client ends one by cancelling it; when the server ends one itself
-/// (its handler returns, a timeout, a shutdown, a parent's cancel) it sends [`Mcp::subscription_teardown`] before
-/// the reply. A [`Peer`](crate::Peer) calling `subscriptions/listen` takes that cancel as the end of its call:
+/// (its handler returns, a timeout, a shutdown, a parent's cancel) it sends [`Mcp::subscription_teardown`], which
+/// ends the subscription: no reply follows it. A [`Peer`](crate::Peer) calling `subscriptions/listen` takes that cancel as the end of its call:
 /// [`PeerError::CancelledByPeer`](crate::PeerError::CancelledByPeer) with the server's reason.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Mcp;
@@ -56,9 +56,9 @@ impl Mcp {
 
     /// What a server sends when it tears down the subscription that the client's `subscriptions/listen` request
     /// `listen_id` opened (the one use of `notifications/cancelled` a server of the stateless revision has):
-    /// over stdio on the connection, over HTTP on the subscription's own stream, before the stream ends. The
-    /// cancel layer sends it itself whenever the server ends a subscription that the client did not end (see
-    /// [`Dialect::ends_with_cancel`]); `reason`, when the server cancelled it, says why.
+    /// over stdio on the connection, over HTTP on the subscription's own stream, before the stream ends; no reply
+    /// follows it. The cancel layer sends it itself whenever the server ends a subscription that the client did
+    /// not end (see [`Dialect::ends_with_cancel`]); `reason`, when the server cancelled it, says why.
     pub fn subscription_teardown(listen_id: &Id, reason: Option<&CancelReason>) -> WireRequest {
         let reason = match reason {
             Some(reason) => format!("subscription ended by the server: {reason}"),

@@ -155,6 +155,16 @@ pub trait Dialect: Send + Sync + 'static {
         false
     }
 
+    /// Whether a peer's cancel for an id that is not in flight is remembered as an early cancel, so that a request
+    /// of that id arriving after it starts out cancelled (LSP, ACP, MCP: a cancel may overtake its request, on
+    /// separate HTTP posts or across replicas). `false` where a cancel cannot overtake its request (ABP: one
+    /// WebSocket delivers in order): such a cancel is for no request, its answer says so, and a request of that id
+    /// arriving after it runs. A [`Scope`](crate::scope::Scope) made with such a dialect keeps no early cancels
+    /// ([`Registry::without_early_cancels`](crate::registry::Registry::without_early_cancels)).
+    fn remembers_early_cancels(&self) -> bool {
+        true
+    }
+
     /// The acknowledgment of the peer's cancel `notice`, with the outcome the request's lifecycle decided. `None`
     /// for dialects whose cancels are not answered (all the JSON-RPC ones).
     fn acknowledge(&self, _notice: &CancelNotice, _ack: CancelAck) -> Option<Value> {
@@ -171,9 +181,9 @@ pub trait Dialect: Send + Sync + 'static {
     /// whose end this side announces with it when it ends the request itself (MCP's `subscriptions/listen`: a
     /// stream of notifications that only a cancel ends). `false` by default.
     ///
-    /// Serving such a request, the cancel layer sends [`end_notice`](Self::end_notice) before the request's reply
-    /// whenever this side ends it (its handler returned, a timeout, a shutdown, a parent's cancel), never when the
-    /// peer did (its cancel, its hang-up). Calling one, a [`Peer`](crate::Peer) takes the peer's cancel of its id
+    /// Serving such a request, the cancel layer sends [`end_notice`](Self::end_notice) whenever this side ends it
+    /// (its handler returned, a timeout, a shutdown, a parent's cancel), never when the peer did (its cancel, its
+    /// hang-up); the notice is the request's end, and no reply follows it. Calling one, a [`Peer`](crate::Peer) takes the peer's cancel of its id
     /// as the end of the call ([`PeerError::CancelledByPeer`](crate::PeerError::CancelledByPeer)).
     fn ends_with_cancel(&self, _method: &str) -> bool {
         false

@@ -169,6 +169,10 @@ pub(crate) fn render<D: Dialect + ?Sized>(
         Err(error) => error,
     };
     if let Some(cancelled) = error.downcast_ref::<Cancelled>() {
+        if cancelled.was_announced() {
+            tracing::debug!(%id, reason = %cancelled.reason(), "the request's end was announced: no reply");
+            return None;
+        }
         return match dialect.cancelled_reply(cancelled.reason(), server_cancellable) {
             CancelledReply::Error(object) => Some(Response::error(Some(id), object)),
             CancelledReply::Nothing => {

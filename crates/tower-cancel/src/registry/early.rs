@@ -12,6 +12,8 @@
 //!
 //! - One entry per (connection, id): a cancel already remembered changes nothing, neither its reason nor its age.
 //! - A request takes the cancel of its own connection first, then the scope's (connection 0).
+//! - A memory of no entries is off: it keeps nothing, and what it does not keep is not counted as dropped (the
+//!   scope of a dialect whose cancels cannot overtake their requests, ABP's, keeps no early cancels at all).
 
 use crate::{message::Id, reason::CancelReason, window::Window};
 
@@ -23,6 +25,8 @@ pub(crate) const ENTRY_OVERHEAD: usize = 96;
 #[derive(Debug)]
 pub(super) struct EarlyCancels {
     window: Window<(u64, Id), CancelReason>,
+    // No entries at all: a cancel for an id not in flight is for no request, and is forgotten.
+    off: bool,
 }
 
 /// What [`EarlyCancels::remember`] did.
@@ -32,15 +36,23 @@ pub(super) enum Remembered {
     Kept { dropped: u64 },
     /// Already remembered: nothing changed.
     Again,
-    /// Not kept: the memory is off, or the entry alone is larger than the budget.
+    /// Not kept: the entry alone is larger than the budget.
     TooLarge,
+    /// Not kept: the memory is off (no entries).
+    Off,
 }
 
 impl EarlyCancels {
     pub(super) fn new(max_entries: usize, max_bytes: usize) -> Self {
         Self {
             window: Window::new(max_entries, max_bytes).per_key(1),
+            off: max_entries == 0,
         }
+    }
+
+    /// Whether this memory keeps nothing.
+    pub(super) fn is_off(&self) -> bool {
+        self.off
     }
 
     pub(super) fn len(&self) -> usize {
@@ -56,6 +68,9 @@ impl EarlyCancels {
     }
 
     pub(super) fn remember(&mut self, conn: u64, id: &Id, reason: CancelReason) -> Remembered {
+        if self.off {
+            return Remembered::Off;
+        }
         let cost = cost(id, &reason);
         // Checked before the id is copied: an id too large to keep is not copied for nothing.
         if !self.window.admits(cost) {
@@ -144,6 +159,18 @@ mod tests {
         assert_eq!(early.take(2, Id::from(5)), Some(CancelReason::Shutdown));
         assert_eq!(early.take(1, Id::from(6)), Some(CancelReason::Timeout));
         assert_eq!(early.bytes(), 0);
+    }
+
+    #[test]
+    fn a_memory_of_no_entries_keeps_nothing_and_says_it_is_off() {
+        let mut early = EarlyCancels::new(0, usize::MAX);
+        assert!(early.is_off());
+        assert_eq!(
+            early.remember(1, &Id::from(1), CancelReason::peer(None)),
+            Remembered::Off
+        );
+        assert!(early.is_empty());
+        assert_eq!(early.take(1, Id::from(1)), None);
     }
 
     #[test]

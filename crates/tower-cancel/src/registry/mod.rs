@@ -21,6 +21,9 @@
 //! - A cancel that arrives after its request completed looks the same as an early one (the id is not in flight)
 //!   and is remembered too. That is harmless as long as the peer does not reuse an id within the window, which
 //!   LSP's and ACP's clients never do (their ids only grow) and MCP forbids.
+//! - A registry made [`without_early_cancels`](Registry::without_early_cancels) (the scope of a dialect that
+//!   does not [remember them](crate::Dialect::remembers_early_cancels), ABP's) keeps none: a cancel for an id not
+//!   in flight does nothing, and a request of that id arriving after it runs.
 //!
 //! # Acknowledged cancels
 //!
@@ -153,10 +156,19 @@ impl Registry {
         Self::with_early_cancel_limits(DEFAULT_EARLY_CANCEL_CAPACITY, DEFAULT_EARLY_CANCEL_BYTES)
     }
 
-    /// A new registry remembering up to `capacity` early cancels (0 disables the memory), in at most
-    /// [`DEFAULT_EARLY_CANCEL_BYTES`].
+    /// A new registry remembering up to `capacity` early cancels (0 keeps none: see
+    /// [`without_early_cancels`](Self::without_early_cancels)), in at most [`DEFAULT_EARLY_CANCEL_BYTES`].
     pub fn with_early_cancel_capacity(capacity: usize) -> Self {
         Self::with_early_cancel_limits(capacity, DEFAULT_EARLY_CANCEL_BYTES)
+    }
+
+    /// A new registry that keeps no early cancels: a cancel for an id not in flight does nothing
+    /// ([`CancelOutcome::NotFound`], [`CancelAck::NotFound`]), is not counted in [`Stats::early_cancels`] nor
+    /// [`Stats::early_dropped`], and a request of that id arriving after it runs. For a scope whose cancels cannot
+    /// overtake their requests (one WebSocket delivers in order): a [`Scope`](crate::scope::Scope) made with a
+    /// dialect that does not [remember early cancels](crate::Dialect::remembers_early_cancels) has one.
+    pub fn without_early_cancels() -> Self {
+        Self::with_early_cancel_limits(0, 0)
     }
 
     /// A new registry remembering up to `capacity` early cancels holding at most `bytes` between them (see
@@ -190,15 +202,21 @@ impl Registry {
         self.lock().finished.is_some()
     }
 
+    /// Whether this registry remembers early cancels (see [`without_early_cancels`](Self::without_early_cancels)).
+    pub fn remembers_early_cancels(&self) -> bool {
+        !self.lock().early.is_off()
+    }
+
     /// Cancel every request `id` in flight in the scope and say what the cancel did (see [`CancelAck`]); an id not
-    /// in flight is remembered as an early cancel. A peer's cancel on a connection reaches its own requests only:
+    /// in flight is remembered as an early cancel, unless the registry keeps none. A peer's cancel on a connection reaches its own requests only:
     /// see [`Connection::acknowledge_cancel`](crate::scope::Connection::acknowledge_cancel).
     pub fn acknowledge(&self, id: &Id, reason: CancelReason) -> CancelAck {
         self.acknowledge_in(WHOLE_SCOPE, id, reason)
     }
 
     /// Cancel the request `id` of connection `conn` (every connection's, for the whole scope) and say what the
-    /// cancel did. Like [`cancel`](Self::cancel), an id not in flight is remembered as an early cancel.
+    /// cancel did. Like [`cancel`](Self::cancel), an id not in flight is remembered as an early cancel, unless
+    /// the registry keeps none ([`without_early_cancels`](Self::without_early_cancels)).
     ///
     /// The answer is the lifecycle's: when the cancel loses the race to the handler's outcome, the answer is
     /// [`CancelAck::AlreadyCompleted`] and that outcome is the reply; when it wins, [`CancelAck::Cancelled`] and
@@ -217,6 +235,7 @@ impl Registry {
                     Ended::Cancelled => CancelAck::AlreadyCancelled,
                 };
             }
+            // Not found either way: remembered or not, the request is not here.
             let remembered = tables.early.remember(conn, id, reason);
             drop(tables);
             self.count_remembered(&remembered);
@@ -244,7 +263,8 @@ impl Registry {
     }
 
     /// Cancel every in-flight request `id` of the scope, whichever connection it came from, or remember the
-    /// cancel for the scope if none is in flight (the next request `id` of any connection starts out cancelled).
+    /// cancel for the scope if none is in flight (the next request `id` of any connection starts out cancelled),
+    /// unless the registry keeps no early cancels ([`CancelOutcome::NotFound`]).
     ///
     /// A peer's cancel message reaches only its own connection's request: see
     /// [`Connection::cancel`](crate::scope::Connection::cancel).
@@ -260,6 +280,9 @@ impl Registry {
             let remembered = tables.early.remember(conn, id, reason);
             drop(tables);
             self.count_remembered(&remembered);
+            if remembered == Remembered::Off {
+                return CancelOutcome::NotFound;
+            }
             return CancelOutcome::Remembered;
         }
         // Cancel outside the lock: firing the token wakes tasks, which may register or cancel in turn.
@@ -288,7 +311,8 @@ impl Registry {
                 counters.early_dropped.fetch_add(1, Ordering::Relaxed);
                 metrics::early_cancels_dropped(1);
             }
-            Remembered::Again => {}
+            // Nothing was to be kept: a registry without the memory has no early cancels to count.
+            Remembered::Again | Remembered::Off => {}
         }
     }
 
@@ -677,6 +701,43 @@ mod tests {
             CancelAck::Cancelled
         );
         registry.remove(&again);
+    }
+
+    #[test]
+    fn without_early_cancels_a_cancel_of_an_unknown_id_has_no_later_effect() {
+        let registry = Registry::without_early_cancels().remember_finished(8, 64 * 1024);
+        assert!(!registry.remembers_early_cancels());
+        assert!(Registry::new().remembers_early_cancels());
+        assert_eq!(
+            registry.acknowledge_in(1, &Id::from("x"), CancelReason::peer(None)),
+            CancelAck::NotFound
+        );
+        assert_eq!(
+            registry.cancel_in(1, &Id::from("y"), CancelReason::peer(None)),
+            CancelOutcome::NotFound
+        );
+        let stats = registry.stats();
+        assert_eq!(
+            (stats.remembered, stats.early_cancels, stats.early_dropped),
+            (0, 0, 0),
+            "nothing kept, nothing counted as kept or dropped"
+        );
+        // The requests come after their cancels: each runs.
+        for id in ["x", "y"] {
+            let later = entry(id, 1);
+            insert(&registry, &later);
+            assert!(!later.is_cancelled(), "{id} starts out running");
+            assert!(later.complete());
+            registry.remove(&later);
+        }
+        // A cancel of a request received still reaches it.
+        let queued = entry("q", 1);
+        insert(&registry, &queued);
+        assert_eq!(
+            registry.acknowledge_in(1, &Id::from("q"), CancelReason::peer(None)),
+            CancelAck::Cancelled
+        );
+        registry.remove(&queued);
     }
 
     #[test]

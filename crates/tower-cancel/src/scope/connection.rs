@@ -86,7 +86,8 @@ impl Connection {
     // `receive` and `prepare`, what makes requests of the messages a connection reads, are with the request
     // envelope (`request.rs`): a connection is what a request carries, so it stands below it.
 
-    /// A peer's cancel message: cancel this connection's request `id`, or remember the cancel for it. On an
+    /// A peer's cancel message: cancel this connection's request `id`, or remember the cancel for it (unless the
+    /// scope keeps no early cancels: [`CancelOutcome::NotFound`]). On an
     /// [exchange](Scope::connect_exchange) the cancel reaches the request `id` of the whole scope instead.
     ///
     /// On an exchange of a scope attached to a replica ([`Replica::scope`](crate::bus::Replica::scope)), a cancel
@@ -98,7 +99,9 @@ impl Connection {
     /// A peer's cancel message that its dialect answers (ABP's `capabilities/cancel`): cancel this connection's
     /// request `id` (the scope's, on an [exchange](Scope::connect_exchange)) and say what the cancel did, as the request's
     /// lifecycle decided it, atomically with the race against its completion (see [`CancelAck`]). An id not in
-    /// flight is remembered as an early cancel, as with [`cancel`](Self::cancel).
+    /// flight is remembered as an early cancel, as with [`cancel`](Self::cancel), unless the scope keeps none (a
+    /// scope of a dialect whose cancels cannot overtake their requests, ABP's: see
+    /// [`Dialect::remembers_early_cancels`](crate::Dialect::remembers_early_cancels)).
     ///
     /// The answer tells a finished request from an unknown one only if the scope's registry remembers finished
     /// requests ([`Registry::remember_finished`]; on by default in a scope made with a dialect that acknowledges

@@ -115,9 +115,14 @@ impl Scope {
     /// speaking it, and every layer reads the scope's requests in it, whatever dialect the stack was built with
     /// (a stack's own stands in only for a scope that speaks none). [`CancelStack::scope`](crate::CancelStack::scope)
     /// makes one with the stack's. If the dialect acknowledges cancels ([`Dialect::acknowledges_cancels`]), the registry remembers how its last
-    /// requests ended ([`Registry::remember_finished`], with the defaults).
+    /// requests ended ([`Registry::remember_finished`], with the defaults); if it does not remember early cancels
+    /// ([`Dialect::remembers_early_cancels`]: ABP), the registry keeps none ([`Registry::without_early_cancels`]).
     pub fn with_dialect<D: Dialect>(dialect: D) -> Self {
-        let mut registry = Registry::new();
+        let mut registry = if dialect.remembers_early_cancels() {
+            Registry::new()
+        } else {
+            Registry::without_early_cancels()
+        };
         if dialect.acknowledges_cancels() {
             registry =
                 registry.remember_finished(DEFAULT_FINISHED_CAPACITY, DEFAULT_FINISHED_BYTES);
@@ -175,7 +180,7 @@ impl Scope {
             return self.registry.cancel_in(conn, id, reason);
         };
         let outcome = self.registry.cancel_in(conn, id, reason.clone());
-        if outcome == CancelOutcome::Remembered {
+        if matches!(outcome, CancelOutcome::Remembered | CancelOutcome::NotFound) {
             remote.publish(id, &reason);
         }
         outcome
@@ -221,5 +226,27 @@ impl fmt::Debug for Scope {
             .field("registry", &self.registry)
             .field("remote", &self.remote)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dialect::{Abp, Acp, AcpDraft, Lsp, Mcp};
+
+    #[test]
+    fn a_scope_keeps_early_cancels_unless_its_dialect_delivers_cancels_in_order() {
+        for (name, scope) in [
+            ("lsp", Scope::with_dialect(Lsp)),
+            ("acp", Scope::with_dialect(Acp)),
+            ("acp draft", Scope::with_dialect(AcpDraft::default())),
+            ("mcp", Scope::with_dialect(Mcp)),
+            ("no dialect", Scope::new()),
+        ] {
+            assert!(scope.registry().remembers_early_cancels(), "{name}");
+        }
+        let abp = Scope::with_dialect(Abp);
+        assert!(!abp.registry().remembers_early_cancels());
+        assert!(abp.registry().remembers_finished(), "ABP answers cancels");
     }
 }

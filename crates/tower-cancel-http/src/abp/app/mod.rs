@@ -86,9 +86,13 @@ use crate::{
 /// A `capabilities/cancel` goes to the session's [`Connection::acknowledge_cancel`](tower_cancel::Connection::acknowledge_cancel),
 /// and its `cancel-result` says what the call's lifecycle decided, atomically with the race against completion
 /// (the table of [`Abp`](tower_cancel::dialect::Abp)). The `cancel-result` is sent before the cancelled call's
-/// `call-result`. A cancel whose call the app has not seen is answered "Operation not found" and remembered: the
-/// call, if it comes after all, never runs and is answered `cancelled: true`. The session remembers how its last
-/// 4096 calls ended (1 MiB of ids at most); a cancel of a call forgotten there is answered as one of an unknown call.
+/// `call-result`. A cancel whose call the session has not received is answered "Operation not found", and that is
+/// all it does: one WebSocket delivers in order, so a cancel cannot overtake its call, and the session keeps no
+/// early cancels ([`Dialect::remembers_early_cancels`](tower_cancel::Dialect::remembers_early_cancels)). A call
+/// with that `callId` that comes after it runs as any other. A call received but not yet running (waiting behind
+/// the service's backpressure) is in flight already: a cancel skips it (`cancelled: true`, and its result says
+/// `cancelled: true` without the capability running). The session remembers how its last 4096 calls ended (1 MiB
+/// of ids at most); a cancel of a call forgotten there is answered as one of an unknown call.
 ///
 /// # Shutdown
 ///
