@@ -29,7 +29,6 @@ pub(crate) async fn call(router: Arc<Router>, req: Request) -> Result<Value, Err
         return Ok(Value::Null);
     }
     let id = router.next_id();
-    let listen = req.method() == "subscriptions/listen";
     let mut message = wire::client_request(&req, id)?;
     if let rmcp::model::ClientJsonRpcMessage::Request(request) = &mut message {
         give_extensions(&req, &mut request.request);
@@ -53,14 +52,8 @@ pub(crate) async fn call(router: Arc<Router>, req: Request) -> Result<Value, Err
     loop {
         tokio::select! {
             event = receiver.recv() => match event {
-                Some(Event::Reply(mut result)) => {
+                Some(Event::Reply(result)) => {
                     guard.answered();
-                    // rmcp names the subscription it ends by its own id: the client knows it by its.
-                    if let (true, Ok(result), Some(client_id)) = (listen, result.as_mut(), req.id()) {
-                        if wire::subscription_id(result) == Some(id) {
-                            wire::name_subscription(result, client_id);
-                        }
-                    }
                     return result;
                 }
                 Some(Event::Notify { method, mut params }) => {

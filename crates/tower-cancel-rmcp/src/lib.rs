@@ -64,8 +64,8 @@
 //!   first, `biased`, to tell the two apart). The client's progress on it goes back to rmcp.
 //! - Subscriptions are rmcp's (`accepted_subscription_filter`, `listen`): the notifications that name a
 //!   subscription (rmcp's acknowledgment, what its `SubscriptionSink` sends) go on the listen's own stream, and
-//!   they and the final result name it by the client's id. When `listen` returns, the stack tells the client with
-//!   `notifications/cancelled` naming the listen before rmcp's result; a client that ends it fires `ct`.
+//!   name it by the client's id. When `listen` returns, the stack ends the subscription with
+//!   `notifications/cancelled` naming it, in place of rmcp's result; a client that ends it fires `ct`.
 //! - Progress the handler reports (`peer.notify_progress` with the request's token) goes through the request's
 //!   [`Progress`](tower_cancel::progress::Progress): it pushes the idle timeout back and stops with the request.
 //! - A handler that panics is answered -32603 `handler panicked` (rmcp would never answer it).

@@ -122,7 +122,7 @@ fn error_data(error: ErrorObject) -> ErrorData {
 /// Where MCP names the subscription a message belongs to: the `subscriptions/listen` request's id.
 const SUBSCRIPTION_ID_META: &str = "io.modelcontextprotocol/subscriptionId";
 
-/// The bridge's id of the subscription `params` (a notification's, or the final result of a listen) names, if any.
+/// The bridge's id of the subscription a notification's `params` name, if any.
 pub(crate) fn subscription_id(params: &Value) -> Option<i64> {
     params.get("_meta")?.get(SUBSCRIPTION_ID_META)?.as_i64()
 }
