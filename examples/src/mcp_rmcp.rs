@@ -2,22 +2,26 @@
 //! `mcp_http_server_rmcp` (Streamable HTTP): `sleep {"ms"}`, `progress {"steps", "intervalMs"}`,
 //! `confirm {"action"}` and `stats`, and `subscriptions/listen`, with the same answers as [`crate::mcp`]'s. An
 //! ordinary rmcp handler: it watches `context.ct`, the token rmcp cancels on `notifications/cancelled`, reports
-//! progress with `context.peer.notify_progress`, asks the client with `context.peer.create_elicitation`, and serves
-//! subscriptions with rmcp's own `accepted_subscription_filter` and `listen`; `tower-cancel-rmcp` serves it under
-//! the stack, which is what cancels it on every other cause too, cancels its elicitation on the wire with the tool
-//! call, and announces the end of a subscription the server ends (`notifications/cancelled` naming it).
+//! progress with `context.peer.notify_progress` and asks the client with `context.peer.create_elicitation`;
+//! [`RmcpServer`] adds `subscriptions/listen` in every revision, as an `rmcp::Service` (see there why not rmcp's
+//! own `listen`). `tower-cancel-rmcp` serves it under the stack, which is what cancels it on every other cause
+//! too, cancels its elicitation on the wire with the tool call, and ends a subscription the server ends with
+//! `notifications/cancelled` naming it.
 
 use std::time::Duration;
 
 use rmcp::{
     model::{
-        CallToolRequestParams, CallToolResponse, CallToolResult, CustomRequest, CustomResult,
-        DiscoverResult, ElicitRequestParams, ElicitationAction, ElicitationSchema, ErrorCode,
-        Implementation, InitializeRequestParams, InitializeResult, ListToolsResult,
-        PaginatedRequestParams, ProgressNotificationParam, ProtocolVersion, ServerCapabilities,
-        ServerConfig, SubscriptionFilter,
+        CallToolRequestParams, CallToolResponse, CallToolResult, ClientNotification, ClientRequest,
+        CustomRequest, CustomResult, DiscoverResult, ElicitRequestParams, ElicitationAction,
+        ElicitationSchema, ErrorCode, Implementation, InitializeRequestParams, InitializeResult,
+        ListToolsResult, NotificationMetaObject, PaginatedRequestParams, ProgressNotificationParam,
+        ProtocolVersion, ServerCapabilities, ServerConfig, ServerNotification, ServerResult,
+        SubscriptionFilter, SubscriptionsAcknowledgedNotification,
+        SubscriptionsAcknowledgedNotificationParams, SubscriptionsListenRequestParams,
+        SubscriptionsListenResult,
     },
-    service::{RequestContext, RoleServer, ServiceError, SubscriptionContext},
+    service::{NotificationContext, RequestContext, RoleServer, ServiceError},
     ErrorData, ServerHandler,
 };
 use serde_json::{json, Value};
@@ -243,32 +247,6 @@ impl ServerHandler for RmcpTools {
         Err(ErrorData::new(ErrorCode::METHOD_NOT_FOUND, message, None))
     }
 
-    /// What a `subscriptions/listen` may ask of this server: its one list, its tools (which never change). rmcp
-    /// acknowledges the part of it that the client asked for and that [`Self::get_info`] advertises.
-    fn accepted_subscription_filter(
-        &self,
-        _requested: &SubscriptionFilter,
-    ) -> Option<SubscriptionFilter> {
-        Some(SubscriptionFilter::builder().tools_list_changed().build())
-    }
-
-    /// One subscription, acknowledged by rmcp: open until the client cancels it (`ct`) or, with
-    /// `--subscription-ms`, until the server ends it; then rmcp answers the completion result naming it, after the
-    /// stack's `notifications/cancelled` announcing the end.
-    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
-        let ended = async {
-            match self.subscription_end {
-                Some(after) => tokio::time::sleep(after).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            () = context.cancelled() => {}
-            () = ended => {}
-        }
-        Ok(())
-    }
-
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
@@ -289,6 +267,96 @@ impl ServerHandler for RmcpTools {
         let result: CallToolResult = serde_json::from_value(result)
             .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
         Ok(result.into())
+    }
+}
+
+/// [`RmcpTools`] as the example servers serve it: its [`ServerHandler`] for every request but `subscriptions/listen`,
+/// which it serves itself in every revision, as [`crate::mcp`] does. rmcp 3.11's own `ServerHandler::listen`
+/// cannot keep that contract: rmcp answers a `subscriptions/listen` only in the stateless revision (`2026-07-28`,
+/// whose method it is; in a session opened by `initialize` it answers -32601 before any handler runs), and
+/// acknowledges only the lists that `get_info` says change (these tools never do, and `initialize` says so).
+#[derive(Clone, Debug)]
+pub struct RmcpServer {
+    tools: RmcpTools,
+}
+
+impl RmcpServer {
+    /// Serve `tools`.
+    pub fn new(tools: RmcpTools) -> Self {
+        Self { tools }
+    }
+
+    /// A subscription, rmcp's types on rmcp's peer: acknowledged (honouring `toolsListChanged`, the one list of
+    /// this server), then open until the client cancels it (`ct`) or the server ends it (`--subscription-ms`).
+    /// The bridge sends the acknowledgment on the listen's own stream under the client's id; when the server ends
+    /// it, the stack's `notifications/cancelled` naming it is its end, in place of the result returned here.
+    async fn listen(
+        &self,
+        params: SubscriptionsListenRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ServerResult, ErrorData> {
+        let honoured = match params.notifications.tools_list_changed {
+            Some(true) => SubscriptionFilter::builder().tools_list_changed().build(),
+            _ => SubscriptionFilter::new(),
+        };
+        let mut meta = NotificationMetaObject::new();
+        meta.set_subscription_id(context.id.clone());
+        let acknowledged = SubscriptionsAcknowledgedNotification::new(
+            SubscriptionsAcknowledgedNotificationParams::new(honoured).with_meta(meta),
+        );
+        context
+            .peer
+            .send_notification(ServerNotification::SubscriptionsAcknowledgedNotification(
+                acknowledged,
+            ))
+            .await
+            .map_err(|e| ErrorData::internal_error(format!("not acknowledged: {e}"), None))?;
+        let ended = async {
+            match self.tools.subscription_end {
+                Some(after) => tokio::time::sleep(after).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = context.ct.cancelled() => {}
+            () = ended => {}
+        }
+        let mut result = SubscriptionsListenResult::complete(context.id.clone());
+        if stateless(&context) {
+            result.meta.set_server_info(server_info());
+        }
+        Ok(ServerResult::SubscriptionsListenResult(result))
+    }
+}
+
+impl rmcp::Service<RoleServer> for RmcpServer {
+    async fn handle_request(
+        &self,
+        request: ClientRequest,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ServerResult, ErrorData> {
+        match request {
+            ClientRequest::SubscriptionsListenRequest(listen) => {
+                self.listen(listen.params, context).await
+            }
+            other => rmcp::Service::handle_request(&self.tools, other, context).await,
+        }
+    }
+
+    async fn handle_notification(
+        &self,
+        notification: ClientNotification,
+        context: NotificationContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        rmcp::Service::handle_notification(&self.tools, notification, context).await
+    }
+
+    fn get_info(&self) -> ServerConfig {
+        ServerHandler::get_info(&self.tools)
+    }
+
+    fn supported_protocol_versions(&self) -> std::borrow::Cow<'static, [ProtocolVersion]> {
+        ServerHandler::supported_protocol_versions(&self.tools)
     }
 }
 

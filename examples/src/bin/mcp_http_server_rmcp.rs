@@ -13,7 +13,10 @@
 //! Once bound it prints one line, `listening on http://ADDR/mcp` (with the real port when asked for port 0).
 
 use axum::{routing::any_service, Router};
-use examples::{mcp::HTTP_VERSIONS, mcp_rmcp::RmcpTools};
+use examples::{
+    mcp::HTTP_VERSIONS,
+    mcp_rmcp::{RmcpServer, RmcpTools},
+};
 use tower::ServiceBuilder;
 use tower_cancel::CancelStack;
 use tower_cancel_http::McpHttp;
@@ -26,7 +29,7 @@ async fn main() -> std::io::Result<()> {
     let tools = RmcpTools::new(HTTP_VERSIONS)
         .end_subscriptions_after(examples::subscription_end_from_args());
     let in_flight = tools.in_flight().clone();
-    let rmcp = RmcpService::new(tools);
+    let rmcp = RmcpService::new(RmcpServer::new(tools));
     let stack = ServiceBuilder::new()
         .layer(CancelStack::mcp().timeouts(examples::timeouts_from_args()))
         .service(rmcp.clone());

@@ -8,7 +8,10 @@
 //! cargo run -p examples --bin mcp_server_rmcp -- --subscription-ms 2000   # the server ends each subscription after 2 s
 //! ```
 
-use examples::{mcp::Versions, mcp_rmcp::RmcpTools};
+use examples::{
+    mcp::Versions,
+    mcp_rmcp::{RmcpServer, RmcpTools},
+};
 use tower_cancel::CancelStack;
 use tower_cancel_io::{Framing, Server};
 use tower_cancel_rmcp::RmcpService;
@@ -27,7 +30,7 @@ async fn main() -> std::io::Result<()> {
     let stack = CancelStack::mcp().timeouts(examples::timeouts_from_args());
     let tools =
         RmcpTools::new(VERSIONS).end_subscriptions_after(examples::subscription_end_from_args());
-    let handler = RmcpService::new(tools);
+    let handler = RmcpService::new(RmcpServer::new(tools));
     Server::with_stack(stack, handler)
         .serve_stdio(Framing::Ndjson)
         .await
