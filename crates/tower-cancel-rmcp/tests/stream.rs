@@ -6,7 +6,7 @@ mod support;
 use std::time::Duration;
 
 use serde_json::json;
-use support::{assert_empty, Client, Fate};
+use support::{assert_empty, Client, Fate, Probe, LISTEN};
 use tower_cancel::TimeoutLayer;
 
 #[tokio::test]
@@ -214,6 +214,47 @@ async fn a_cancelled_call_cancels_its_elicitation_on_the_wire_and_fires_ct() {
     let reply = client.next().await.unwrap();
     assert_eq!(reply["id"], "d");
     assert_eq!(reply["result"]["content"][0]["text"], "decline", "{reply}");
+    let (rest, _, rmcp, registry) = client.close().await;
+    assert!(rest.is_empty(), "{rest:?}");
+    assert_empty(&rmcp, &registry);
+}
+
+/// A `subscriptions/listen` of the stateless revision's shape (rmcp serves it only so), over the connection:
+/// rmcp's acknowledgment names it by the client's id, and when the handler's `listen` returns, the teardown naming it
+/// is its end.
+#[tokio::test(start_paused = true)]
+async fn a_subscription_is_acknowledged_under_the_clients_id_and_ended_by_the_teardown() {
+    let probe = Probe::ending_subscriptions_after(Duration::from_millis(300));
+    let mut client = Client::connect_to(probe, TimeoutLayer::none()).await;
+    client
+        .send(
+            json!({"jsonrpc": "2.0", "id": "sub", "method": "subscriptions/listen", "params": {
+                "notifications": { "toolsListChanged": true },
+                "_meta": {
+                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                    "io.modelcontextprotocol/clientInfo": { "name": "t", "version": "0" },
+                    "io.modelcontextprotocol/clientCapabilities": {},
+                },
+            }}),
+        )
+        .await;
+    assert_eq!(
+        client.next().await.unwrap(),
+        json!({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged", "params": {
+            "_meta": { "io.modelcontextprotocol/subscriptionId": "sub" },
+            "notifications": { "toolsListChanged": true },
+        }})
+    );
+    assert_eq!(
+        client.next().await.unwrap(),
+        json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {
+            "requestId": "sub", "reason": "subscription ended by the server" }})
+    );
+    assert_eq!(client.probe.fate(LISTEN), Some(Fate::Finished));
+    assert_eq!(
+        client.before_pong("p").await,
+        Vec::<serde_json::Value>::new()
+    );
     let (rest, _, rmcp, registry) = client.close().await;
     assert!(rest.is_empty(), "{rest:?}");
     assert_empty(&rmcp, &registry);

@@ -228,7 +228,11 @@ impl Client {
 
     /// A connection whose stack times requests out with `timeouts`.
     pub async fn connect_with(timeouts: TimeoutLayer) -> Self {
-        let probe = Probe::default();
+        Self::connect_to(Probe::default(), timeouts).await
+    }
+
+    /// A connection to `probe`, whose stack times requests out with `timeouts`.
+    pub async fn connect_to(probe: Probe, timeouts: TimeoutLayer) -> Self {
         let rmcp = RmcpService::new(probe.clone());
         let (client, server) = tokio::io::duplex(1 << 20);
         let (server_read, server_write) = tokio::io::split(server);
