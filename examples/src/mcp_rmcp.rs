@@ -65,8 +65,8 @@ impl RmcpTools {
         }
     }
 
-    /// End every `subscriptions/listen` stream `after` it opened (the `--subscription-ms` flag): rmcp answers its
-    /// completion result, and the stack tells the client first with `notifications/cancelled` naming the listen.
+    /// End every `subscriptions/listen` stream `after` it opened (the `--subscription-ms` flag, served by
+    /// [`RmcpServer`]): the stack ends it with `notifications/cancelled` naming the listen.
     pub fn end_subscriptions_after(mut self, after: Option<Duration>) -> Self {
         self.subscription_end = after;
         self
