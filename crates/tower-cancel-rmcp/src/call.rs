@@ -1,7 +1,9 @@
 //! One request of the stack, handed to rmcp: it waits for rmcp's answer, and meanwhile sends the requests the
-//! handler makes to the client through the request's child peer. Dropped before the answer (the stack cancelled
-//! it: the client's cancel, a timeout, a hang-up, a shutdown), it tells rmcp to cancel, so the handler's `ct`
-//! fires, and the requests it made to the client are dropped, so each is cancelled on the wire.
+//! handler makes to the client through the request's child peer, and the notifications of a subscription on the
+//! request's own stream. Dropped before the answer (the stack cancelled it: the client's cancel, a timeout, a
+//! hang-up, a shutdown), it tells rmcp to cancel, so the handler's `ct` fires, and the requests it made to the
+//! client are dropped, so each is cancelled on the wire (and answered to rmcp as cancelled, so that rmcp forgets
+//! them too).
 
 use std::{collections::HashMap, future::Future, pin::Pin, sync::Arc};
 
@@ -53,6 +55,14 @@ pub(crate) async fn call(router: Arc<Router>, req: Request) -> Result<Value, Err
                 Some(Event::Reply(result)) => {
                     guard.answered();
                     return result;
+                }
+                Some(Event::Notify { method, mut params }) => {
+                    if let (Some(peer), Some(client_id)) = (peer.as_ref(), req.id()) {
+                        wire::name_subscription(&mut params, client_id);
+                        if peer.notify(method, params).is_err() {
+                            tracing::debug!(id, "a subscription's notification found the stream closed");
+                        }
+                    }
                 }
                 Some(Event::Nested { id: nested_id, method, params }) => {
                     let (stop, stopped) = oneshot::channel();
@@ -149,9 +159,12 @@ impl Settle {
 
 impl Drop for Settle {
     fn drop(&mut self) {
-        if self.answered || !self.router.forget(self.id) {
+        if self.answered {
             return;
         }
+        let Some(nested) = self.router.forget(self.id) else {
+            return;
+        };
         let reason = self
             .context
             .as_ref()
@@ -163,5 +176,12 @@ impl Drop for Settle {
             "request given up: rmcp's handler cancelled"
         );
         self.router.send(wire::cancel(self.id, reason));
+        // Dropped with this request, each request the handler made to the client was cancelled on the wire; rmcp
+        // keeps waiting for an answer to each (its pool of responders) until it gets one: this is it. After the
+        // cancel, so that the handler hears `ct` first.
+        for nested_id in nested {
+            self.router
+                .send(wire::nested_answer(nested_id, Err(PeerError::Cancelled)));
+        }
     }
 }

@@ -56,8 +56,16 @@
 //! - An early cancel (before its request) is the stack's: the handler is never called.
 //! - A request the handler makes to the client through rmcp's peer (sampling, elicitation, roots) carries rmcp's
 //!   `OriginatingRequestId`, so the bridge sends it through the child [`Peer`](tower_cancel::Peer) of the request it
-//!   was made in: when that request is cancelled, the client gets `notifications/cancelled` for it, as with
-//!   [`CascadeLayer`](tower_cancel::CascadeLayer). The client's progress on it goes back to rmcp.
+//!   was made in: over stdio on the connection, in a `2025-11-25` HTTP session on the SSE stream of the POST that
+//!   carries that request (the client's answer, POSTed on any later request of the session, reaches it). When that
+//!   request is cancelled, the client gets `notifications/cancelled` for it, as with
+//!   [`CascadeLayer`](tower_cancel::CascadeLayer), and rmcp gets an error answer for it (-32603 `request
+//!   cancelled`), after the cancel that fires `ct`: rmcp forgets it, and a handler awaiting it ends (select on `ct`
+//!   first, `biased`, to tell the two apart). The client's progress on it goes back to rmcp.
+//! - Subscriptions are rmcp's (`accepted_subscription_filter`, `listen`): the notifications that name a
+//!   subscription (rmcp's acknowledgment, what its `SubscriptionSink` sends) go on the listen's own stream, and
+//!   name it by the client's id. When `listen` returns, the stack ends the subscription with
+//!   `notifications/cancelled` naming it, in place of rmcp's result; a client that ends it fires `ct`.
 //! - Progress the handler reports (`peer.notify_progress` with the request's token) goes through the request's
 //!   [`Progress`](tower_cancel::progress::Progress): it pushes the idle timeout back and stops with the request.
 //! - A handler that panics is answered -32603 `handler panicked` (rmcp would never answer it).
@@ -71,9 +79,10 @@
 //!   `OriginatingRequestId` (a task-local): it is sent on the connection's peer and is not cancelled with any
 //!   request. A notification of the handler's that belongs to no request (a log, a list changed) goes the same way;
 //!   over HTTP there is no stream for it (no GET stream), and it is dropped.
-//! - Over HTTP sessions a handler's request to the client goes out on the request's SSE stream, but the client's
-//!   answer, POSTed separately, reaches a peer of its own exchange, not the one waiting: such calls only end by their
-//!   cancel or timeout. The stateless revision forbids them (rmcp refuses them itself).
+//! - The stateless revision forbids requests to the client: rmcp refuses them itself (`ServiceError::McpError`,
+//!   -32600), before anything is sent.
+//! - rmcp serves `subscriptions/listen` only in the stateless revision (`2026-07-28`, whose method it is): in a
+//!   session opened by `initialize` it answers -32601 before the handler runs.
 //! - rmcp's own answers are its own: a stateless `ping` is refused -32601 with rmcp's wording.
 
 mod call;

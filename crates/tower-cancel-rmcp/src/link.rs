@@ -49,6 +49,10 @@ pub(crate) enum Event {
     },
     /// The handler gave up its request `id` to the client (rmcp sent `notifications/cancelled` for it).
     NestedCancelled(RequestId),
+    /// A notification that belongs to this request's stream: one naming it as its subscription (the
+    /// acknowledgment of a `subscriptions/listen`, what rmcp's `SubscriptionSink` sends on it). `params` still
+    /// name the subscription by the bridge's id.
+    Notify { method: String, params: Value },
 }
 
 /// A request of the stack that rmcp is working on.
@@ -158,14 +162,14 @@ impl Router {
         );
     }
 
-    /// Take request `id` out of the table; `true` if it was there (rmcp has not answered it).
-    pub(crate) fn forget(&self, id: i64) -> bool {
-        self.take(id).is_some()
+    /// Take request `id` out of the table, if it was there (rmcp has not answered it): the ids of the requests its
+    /// handler made to the client that are still open.
+    pub(crate) fn forget(&self, id: i64) -> Option<Vec<RequestId>> {
+        self.take(id).map(|pending| pending.nested)
     }
 
-    /// Take request `id` out of the table with what else the table holds for it; its events' sender if it was
-    /// there.
-    fn take(&self, id: i64) -> Option<mpsc::UnboundedSender<Event>> {
+    /// Take request `id` out of the table with what else the table holds for it.
+    fn take(&self, id: i64) -> Option<Pending> {
         let mut table = self.lock();
         let pending = table.calls.remove(&id)?;
         if let Some((token, _)) = &pending.progress {
@@ -176,7 +180,7 @@ impl Router {
         for nested in &pending.nested {
             table.nested.remove(nested);
         }
-        Some(pending.events)
+        Some(pending)
     }
 
     /// Hand rmcp a message.
@@ -231,8 +235,8 @@ impl Router {
     fn answer(&self, id: &RequestId, result: Result<Value, ErrorObject>) {
         let Some(id) = link_id(id) else { return };
         match self.take(id) {
-            Some(events) => {
-                let _ = events.send(Event::Reply(result));
+            Some(pending) => {
+                let _ = pending.events.send(Event::Reply(result));
             }
             None => tracing::trace!(id, "rmcp answered a request already settled: dropped"),
         }
@@ -322,17 +326,36 @@ impl Router {
                 }
             }
             other => {
-                let Some(peer) = self.fallback.get() else {
+                let Ok(Value::Object(mut fields)) = serde_json::to_value(&other) else {
                     return;
                 };
-                if let Ok(Value::Object(mut fields)) = serde_json::to_value(&other) {
-                    let method = fields
-                        .remove("method")
-                        .and_then(|m| m.as_str().map(str::to_owned));
-                    let params = fields.remove("params").unwrap_or(Value::Null);
-                    if let Some(method) = method {
-                        let _ = peer.notify(method, params);
+                let Some(method) = fields
+                    .remove("method")
+                    .and_then(|m| m.as_str().map(str::to_owned))
+                else {
+                    return;
+                };
+                let params = fields.remove("params").unwrap_or(Value::Null);
+                // A subscription's notification goes on the subscription's own stream (over HTTP, the listen's
+                // response), through the request it names.
+                let params = match wire::subscription_id(&params) {
+                    Some(id) => {
+                        let table = self.lock();
+                        match table.calls.get(&id) {
+                            Some(pending) => {
+                                let _ = pending.events.send(Event::Notify { method, params });
+                                return;
+                            }
+                            None => {
+                                tracing::trace!(id, %method, "a subscription already over: dropped");
+                                return;
+                            }
+                        }
                     }
+                    None => params,
+                };
+                if let Some(peer) = self.fallback.get() {
+                    let _ = peer.notify(method, params);
                 }
             }
         }

@@ -119,6 +119,24 @@ fn error_data(error: ErrorObject) -> ErrorData {
     ErrorData::new(ErrorCode(code), Cow::Owned(error.message), error.data)
 }
 
+/// Where MCP names the subscription a message belongs to: the `subscriptions/listen` request's id.
+const SUBSCRIPTION_ID_META: &str = "io.modelcontextprotocol/subscriptionId";
+
+/// The bridge's id of the subscription a notification's `params` name, if any.
+pub(crate) fn subscription_id(params: &Value) -> Option<i64> {
+    params.get("_meta")?.get(SUBSCRIPTION_ID_META)?.as_i64()
+}
+
+/// `params` naming the subscription by the client's `id` instead of the bridge's (rmcp only knows the bridge's).
+pub(crate) fn name_subscription(params: &mut Value, id: &tower_cancel::Id) {
+    if let Some(meta) = params
+        .get_mut("_meta")
+        .and_then(|meta| meta.get_mut(SUBSCRIPTION_ID_META))
+    {
+        *meta = json!(id);
+    }
+}
+
 /// A progress token as a table key: its JSON text, so that `1` and `"1"` differ.
 pub(crate) fn token_key(token: &Value) -> String {
     token.to_string()

@@ -4,64 +4,15 @@
 
 mod support;
 
-use std::{net::SocketAddr, time::Duration};
+use std::net::SocketAddr;
 
-use axum::{routing::any_service, Router};
 use serde_json::{json, Value};
-use support::{Fate, Probe};
-use tower::ServiceBuilder;
-use tower_cancel::{bus::Replica, CancelStack};
-use tower_cancel_http::{McpHttp, RpcService};
+use support::{
+    http::{eventually, open_session, post, stateless_meta, Served},
+    Fate,
+};
 use tower_cancel_redis::{testing::RedisServer, Config, RedisBus};
-use tower_cancel_rmcp::{BridgeSizes, RmcpService};
-
-/// One server: an rmcp handler under the MCP stack, behind our MCP Streamable HTTP front end.
-struct Served<S> {
-    addr: SocketAddr,
-    probe: Probe,
-    rmcp: RmcpService<Probe>,
-    mcp: McpHttp<S>,
-}
-
-impl Served<()> {
-    /// Serves on a free loopback port, as a replica on `replica`'s bus when there is one.
-    async fn start(replica: Option<Replica>) -> Served<impl RpcService> {
-        let probe = Probe::default();
-        let rmcp = RmcpService::new(probe.clone());
-        let stack = ServiceBuilder::new()
-            .layer(CancelStack::mcp())
-            .service(rmcp.clone());
-        let ended = rmcp.clone();
-        let mut mcp = McpHttp::new(stack).on_session_end(move |id| ended.end_session(id));
-        if let Some(replica) = replica {
-            mcp = mcp.replica(replica);
-        }
-        let app = Router::new().route("/mcp", any_service(mcp.clone()));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move { tower_cancel_http::serve(listener, app).await });
-        Served {
-            addr,
-            probe,
-            rmcp,
-            mcp,
-        }
-    }
-}
-
-/// Opens a `2025-11-25` session; its id.
-async fn open_session(addr: SocketAddr) -> String {
-    let init = post(addr, &[], json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": { "name": "t", "version": "0" }}}))
-    .send()
-    .await
-    .unwrap();
-    assert_eq!(init.status(), 200);
-    init.headers()["mcp-session-id"]
-        .to_str()
-        .unwrap()
-        .to_owned()
-}
+use tower_cancel_rmcp::BridgeSizes;
 
 /// `tools/call` of `work` with `tag`, forever unless cancelled, in `session`: the response, once it ends.
 fn call_work(
@@ -79,29 +30,6 @@ fn call_work(
         )
         .send(),
     )
-}
-
-fn post(addr: SocketAddr, headers: &[(&str, &str)], body: Value) -> reqwest::RequestBuilder {
-    let mut request = reqwest::Client::new()
-        .post(format!("http://{addr}/mcp"))
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .body(body.to_string());
-    for (name, value) in headers {
-        request = request.header(*name, *value);
-    }
-    request
-}
-
-/// Polls `done` until it holds (a few seconds at most: the server is on this machine).
-async fn eventually(what: &str, done: impl Fn() -> bool) {
-    for _ in 0..500 {
-        if done() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("never: {what}");
 }
 
 #[tokio::test]
@@ -147,11 +75,7 @@ async fn a_stateless_hang_up_fires_ct() {
         rmcp,
         mcp,
     } = Served::start(None).await;
-    let meta = json!({
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientInfo": { "name": "t", "version": "0" },
-        "io.modelcontextprotocol/clientCapabilities": {},
-    });
+    let meta = stateless_meta();
     let headers = [
         ("mcp-protocol-version", "2026-07-28"),
         ("mcp-method", "tools/call"),

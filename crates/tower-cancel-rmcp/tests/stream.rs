@@ -6,7 +6,7 @@ mod support;
 use std::time::Duration;
 
 use serde_json::json;
-use support::{assert_empty, Client, Fate};
+use support::{assert_empty, Client, Fate, Probe, LISTEN};
 use tower_cancel::TimeoutLayer;
 
 #[tokio::test]
@@ -141,6 +141,120 @@ async fn a_request_to_the_client_is_answered_through_the_bridge() {
     let reply = client.next().await.unwrap();
     assert_eq!(reply["id"], 4);
     assert_eq!(reply["result"]["content"][0]["text"], "1 roots", "{reply}");
+    let (rest, _, rmcp, registry) = client.close().await;
+    assert!(rest.is_empty(), "{rest:?}");
+    assert_empty(&rmcp, &registry);
+}
+
+/// What rmcp's `create_elicitation` puts on the wire for `Allow <tag>?` (rmcp's shape, its `mode`), as `asked`
+/// carried it: with the progress token the bridge asks every such request with (rmcp asks with one of its own;
+/// the client's reports under the bridge's go back to rmcp under rmcp's).
+fn elicitation_params(asked: &serde_json::Value, tag: u64) -> serde_json::Value {
+    let token = &asked["params"]["_meta"]["progressToken"];
+    assert!(token.is_number() || token.is_string(), "{asked}");
+    json!({
+        "_meta": { "progressToken": token },
+        "mode": "form",
+        "message": format!("Allow {tag}?"),
+        "requestedSchema": { "type": "object", "properties": {} },
+    })
+}
+
+#[tokio::test]
+async fn an_elicitation_through_rmcps_peer_is_answered_by_the_client() {
+    let mut client = Client::connect().await;
+    client.call(json!(20), "ask", json!({ "tag": 20 })).await;
+    let asked = client.next().await.unwrap();
+    assert_eq!(asked["method"], "elicitation/create", "{asked}");
+    assert_eq!(asked["params"], elicitation_params(&asked, 20), "{asked}");
+    client
+        .send(json!({"jsonrpc": "2.0", "id": asked["id"], "result": { "action": "accept", "content": {} }}))
+        .await;
+    let reply = client.next().await.unwrap();
+    assert_eq!(
+        reply,
+        json!({"jsonrpc": "2.0", "id": 20, "result": {
+            "content": [{ "type": "text", "text": "accept" }], "isError": false }})
+    );
+    assert_eq!(client.probe.fate(20), Some(Fate::Finished));
+    let (rest, _, rmcp, registry) = client.close().await;
+    assert!(rest.is_empty(), "{rest:?}");
+    assert_empty(&rmcp, &registry);
+}
+
+#[tokio::test]
+async fn a_cancelled_call_cancels_its_elicitation_on_the_wire_and_fires_ct() {
+    let mut client = Client::connect().await;
+    client.call(json!("c"), "ask", json!({ "tag": 21 })).await;
+    let asked = client.next().await.unwrap();
+    assert_eq!(asked["method"], "elicitation/create", "{asked}");
+    client.cancel(json!("c")).await;
+    let cancelled = client.next().await.unwrap();
+    assert_eq!(
+        cancelled,
+        json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": { "requestId": asked["id"], "reason": "parent request cancelled" }}),
+    );
+    client.probe.until(21, Fate::Stopped).await;
+    // The client's late answer is taken and dropped; the call gets no reply.
+    client
+        .send(json!({"jsonrpc": "2.0", "id": asked["id"], "result": { "action": "accept" }}))
+        .await;
+    assert_eq!(
+        client.before_pong("p").await,
+        Vec::<serde_json::Value>::new()
+    );
+    // The connection's next elicitation gets its own id, and is answered.
+    client.call(json!("d"), "ask", json!({ "tag": 22 })).await;
+    let again = client.next().await.unwrap();
+    assert_ne!(again["id"], asked["id"], "{again}");
+    client
+        .send(json!({"jsonrpc": "2.0", "id": again["id"], "result": { "action": "decline" }}))
+        .await;
+    let reply = client.next().await.unwrap();
+    assert_eq!(reply["id"], "d");
+    assert_eq!(reply["result"]["content"][0]["text"], "decline", "{reply}");
+    let (rest, _, rmcp, registry) = client.close().await;
+    assert!(rest.is_empty(), "{rest:?}");
+    assert_empty(&rmcp, &registry);
+}
+
+/// A `subscriptions/listen` of the stateless revision's shape (rmcp serves it only so), over the connection:
+/// rmcp's acknowledgment names it by the client's id, and when the handler's `listen` returns, the teardown naming it
+/// is its end.
+#[tokio::test(start_paused = true)]
+async fn a_subscription_is_acknowledged_under_the_clients_id_and_ended_by_the_teardown() {
+    let probe = Probe::ending_subscriptions_after(Duration::from_millis(300));
+    let mut client = Client::connect_to(probe, TimeoutLayer::none()).await;
+    client
+        .send(
+            json!({"jsonrpc": "2.0", "id": "sub", "method": "subscriptions/listen", "params": {
+                "notifications": { "toolsListChanged": true },
+                "_meta": {
+                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                    "io.modelcontextprotocol/clientInfo": { "name": "t", "version": "0" },
+                    "io.modelcontextprotocol/clientCapabilities": {},
+                },
+            }}),
+        )
+        .await;
+    assert_eq!(
+        client.next().await.unwrap(),
+        json!({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged", "params": {
+            "_meta": { "io.modelcontextprotocol/subscriptionId": "sub" },
+            "notifications": { "toolsListChanged": true },
+        }})
+    );
+    assert_eq!(
+        client.next().await.unwrap(),
+        json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {
+            "requestId": "sub", "reason": "subscription ended by the server" }})
+    );
+    assert_eq!(client.probe.fate(LISTEN), Some(Fate::Finished));
+    assert_eq!(
+        client.before_pong("p").await,
+        Vec::<serde_json::Value>::new()
+    );
     let (rest, _, rmcp, registry) = client.close().await;
     assert!(rest.is_empty(), "{rest:?}");
     assert_empty(&rmcp, &registry);

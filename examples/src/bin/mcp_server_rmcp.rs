@@ -5,9 +5,13 @@
 //! ```text
 //! cargo run -p examples --bin mcp_server_rmcp
 //! cargo run -p examples --bin mcp_server_rmcp -- --timeout-ms 5000   # idle timeout 5 s, reset by progress; -32001
+//! cargo run -p examples --bin mcp_server_rmcp -- --subscription-ms 2000   # the server ends each subscription after 2 s
 //! ```
 
-use examples::{mcp::Versions, mcp_rmcp::RmcpTools};
+use examples::{
+    mcp::Versions,
+    mcp_rmcp::{RmcpServer, RmcpTools},
+};
 use tower_cancel::CancelStack;
 use tower_cancel_io::{Framing, Server};
 use tower_cancel_rmcp::RmcpService;
@@ -24,7 +28,9 @@ async fn main() -> std::io::Result<()> {
     // `with_stack`: the connection speaks MCP, so it has a peer, through which a handler's requests to the client
     // (sampling, elicitation, roots) go, each cancelled with the call it was made in.
     let stack = CancelStack::mcp().timeouts(examples::timeouts_from_args());
-    let handler = RmcpService::new(RmcpTools::new(VERSIONS));
+    let tools =
+        RmcpTools::new(VERSIONS).end_subscriptions_after(examples::subscription_end_from_args());
+    let handler = RmcpService::new(RmcpServer::new(tools));
     Server::with_stack(stack, handler)
         .serve_stdio(Framing::Ndjson)
         .await

@@ -12,10 +12,10 @@ use std::{
 
 use rmcp::{
     model::{
-        CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListRootsResult,
-        ServerCapabilities, ServerConfig,
+        CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitRequestParams,
+        ElicitationSchema, ListRootsResult, ServerCapabilities, ServerConfig, SubscriptionFilter,
     },
-    service::{RequestContext, RoleServer},
+    service::{RequestContext, RoleServer, ServiceError, SubscriptionContext},
     ErrorData, ServerHandler,
 };
 use serde_json::{json, Value};
@@ -28,6 +28,8 @@ use tower_cancel::{CancelStack, Registry, TimeoutLayer};
 use tower_cancel_io::{Framing, Server};
 use tower_cancel_rmcp::{BridgeSizes, RmcpService};
 
+pub mod http;
+
 /// What became of one call of the [`Probe`], by its `tag`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fate {
@@ -39,16 +41,31 @@ pub enum Fate {
     Stopped,
 }
 
+/// The tag under which the [`Probe`] records its subscriptions (`subscriptions/listen`).
+pub const LISTEN: u64 = u64::MAX;
+
 /// An rmcp handler with the tools `work {"ms", "tag"}` (sleeps `ms`, watching `ct`; `ms` absent: forever),
-/// `stubborn {"ms", "tag"}` (sleeps `ms` and answers its tag, ignoring `ct`), and `roots {"tag"}` (asks the
-/// client for its roots through rmcp's peer, watching `ct`).
+/// `stubborn {"ms", "tag"}` (sleeps `ms` and answers its tag, ignoring `ct`), `roots {"tag"}` (asks the
+/// client for its roots through rmcp's peer, watching `ct`) and `ask {"tag"}` (asks the client `Allow <tag>?`
+/// with `elicitation/create` through rmcp's peer, watching `ct`, and answers the client's action); and
+/// subscriptions (`tools/list_changed` accepted), open until `ct` fires or the server ends them
+/// ([`Probe::ending_subscriptions_after`]).
 #[derive(Clone, Debug, Default)]
 pub struct Probe {
     fates: Arc<Mutex<HashMap<u64, Fate>>>,
     changed: Arc<Notify>,
+    subscription_end: Option<Duration>,
 }
 
 impl Probe {
+    /// A probe that ends each subscription itself, `after` it opened.
+    pub fn ending_subscriptions_after(after: Duration) -> Self {
+        Self {
+            subscription_end: Some(after),
+            ..Self::default()
+        }
+    }
+
     pub fn fate(&self, tag: u64) -> Option<Fate> {
         self.fates.lock().unwrap().get(&tag).copied()
     }
@@ -87,7 +104,34 @@ fn text(text: String) -> CallToolResponse {
 
 impl ServerHandler for Probe {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build(),
+        )
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        _requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        Some(SubscriptionFilter::builder().tools_list_changed().build())
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        self.set(LISTEN, Fate::Running);
+        let ended = async {
+            match self.subscription_end {
+                Some(after) => tokio::time::sleep(after).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = ended => self.set(LISTEN, Fate::Finished),
+            () = context.cancelled() => self.set(LISTEN, Fate::Stopped),
+        }
+        Ok(())
     }
 
     async fn call_tool(
@@ -122,16 +166,44 @@ impl ServerHandler for Probe {
                 Ok(text(format!("done {}", args.tag)))
             }
             "roots" => tokio::select! {
+                // `ct` first: a cancelled call's request to the client is also answered to rmcp, as cancelled.
+                biased;
+                () = context.ct.cancelled() => {
+                    self.set(args.tag, Fate::Stopped);
+                    Err(ErrorData::internal_error("cancelled", None))
+                }
                 roots = context.peer.list_roots() => {
                     self.set(args.tag, Fate::Finished);
                     let roots: ListRootsResult = roots.map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
                     Ok(text(format!("{} roots", roots.roots.len())))
                 }
-                () = context.ct.cancelled() => {
-                    self.set(args.tag, Fate::Stopped);
-                    Err(ErrorData::internal_error("cancelled", None))
-                }
             },
+            "ask" => {
+                let params = ElicitRequestParams::FormElicitationParams {
+                    meta: None,
+                    message: format!("Allow {}?", args.tag),
+                    requested_schema: ElicitationSchema::new(Default::default()),
+                };
+                tokio::select! {
+                    // `ct` first: a cancelled call's elicitation is also answered to rmcp, as cancelled.
+                    biased;
+                    () = context.ct.cancelled() => {
+                        self.set(args.tag, Fate::Stopped);
+                        Err(ErrorData::internal_error("cancelled", None))
+                    }
+                    asked = context.peer.create_elicitation(params) => {
+                        self.set(args.tag, Fate::Finished);
+                        match asked {
+                            Ok(result) => {
+                                let action = serde_json::to_value(result.action).unwrap();
+                                Ok(text(action.as_str().unwrap().to_owned()))
+                            }
+                            Err(ServiceError::McpError(error)) => Err(error),
+                            Err(other) => Err(ErrorData::internal_error(other.to_string(), None)),
+                        }
+                    }
+                }
+            }
             "panic" => panic!("the handler of call {} panicked", args.tag),
             other => Err(ErrorData::invalid_params(format!("no tool {other}"), None)),
         }
@@ -156,7 +228,11 @@ impl Client {
 
     /// A connection whose stack times requests out with `timeouts`.
     pub async fn connect_with(timeouts: TimeoutLayer) -> Self {
-        let probe = Probe::default();
+        Self::connect_to(Probe::default(), timeouts).await
+    }
+
+    /// A connection to `probe`, whose stack times requests out with `timeouts`.
+    pub async fn connect_to(probe: Probe, timeouts: TimeoutLayer) -> Self {
         let rmcp = RmcpService::new(probe.clone());
         let (client, server) = tokio::io::duplex(1 << 20);
         let (server_read, server_write) = tokio::io::split(server);
