@@ -1,5 +1,6 @@
 // Shared helpers for the interop tests: where the example binaries live, how to
 // spawn them, how to stop them, and a line recorder for NDJSON traffic.
+import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { existsSync } from "node:fs";
 import path from "node:path";
@@ -25,6 +26,19 @@ function standIn(name) {
     if (from === name && to) return to;
   }
   return name;
+}
+
+/**
+ * The params of an `elicitation/create`, as the contract states them: `{message, requestedSchema}`. A server on rmcp
+ * 3.11 (the stand-ins) always adds two fields the protocol allows: `mode: "form"` (the form mode, the default one)
+ * and a `_meta.progressToken`. Those two are checked for what they are and set aside; every other field is given
+ * back, for the caller to compare exactly.
+ */
+export function elicitationParams(params) {
+  const { mode, _meta, ...rest } = params;
+  if (mode !== undefined) assert.equal(mode, "form", "the form mode");
+  if (_meta !== undefined) assert.deepEqual(Object.keys(_meta), ["progressToken"], "no _meta but a progress token");
+  return rest;
 }
 
 /** Absolute path of an example binary (or its stand-in); throws a readable error when it is missing. */

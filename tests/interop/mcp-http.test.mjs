@@ -12,7 +12,7 @@ import assert from "node:assert/strict";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { McpError, ErrorCode, ElicitRequestSchema } from "@modelcontextprotocol/sdk/types.js";
-import { withTimeout, waitFor, sleep, expectRejection } from "./helpers.mjs";
+import { withTimeout, waitFor, sleep, expectRejection, elicitationParams } from "./helpers.mjs";
 import { spawnHttpServer, FetchRecorder, messagesOf, pollUntil } from "./http.mjs";
 
 /** A Client on a new session of `url`, with its transport and recorder; `setup` prepares the client first. */
@@ -258,7 +258,7 @@ describe("mcp_http_server confirm: the SDK client answers the server's elicitati
       "confirm hung",
     );
     assert.deepEqual(res.content, [{ type: "text", text: "confirmed" }]);
-    assert.deepEqual(asked[0].params, {
+    assert.deepEqual(elicitationParams(asked[0].params), {
       message: "Allow deploy?",
       requestedSchema: { type: "object", properties: {} },
     });

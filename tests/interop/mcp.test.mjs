@@ -20,7 +20,15 @@ import {
   CancelledNotificationSchema,
 } from "@modelcontextprotocol/sdk/types.js";
 import * as z from "zod";
-import { spawnServer, sleep, withTimeout, waitFor, expectRejection, NdjsonRecorder } from "./helpers.mjs";
+import {
+  spawnServer,
+  sleep,
+  withTimeout,
+  waitFor,
+  expectRejection,
+  elicitationParams,
+  NdjsonRecorder,
+} from "./helpers.mjs";
 
 /** A stdio Transport for the MCP SDK that records both directions. */
 class RecordingStdioTransport {
@@ -224,7 +232,7 @@ describe("mcp_server confirm: the SDK client answers the server's elicitation/cr
     );
     assert.deepEqual(res.content, [{ type: "text", text: "confirmed" }]);
     assert.equal(asked.length, 1);
-    assert.deepEqual(asked[0].params, {
+    assert.deepEqual(elicitationParams(asked[0].params), {
       message: "Allow deploy?",
       requestedSchema: { type: "object", properties: {} },
     });
