@@ -41,6 +41,13 @@ export function elicitationParams(params) {
   return rest;
 }
 
+/** Resolves once `signal` has aborted (at once if it has). */
+export function aborted(signal) {
+  return new Promise((resolve) =>
+    signal.aborted ? resolve() : signal.addEventListener("abort", resolve, { once: true }),
+  );
+}
+
 /** Absolute path of an example binary (or its stand-in); throws a readable error when it is missing. */
 export function binPath(name) {
   name = standIn(name);

@@ -12,7 +12,7 @@ import assert from "node:assert/strict";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { McpError, ErrorCode, ElicitRequestSchema } from "@modelcontextprotocol/sdk/types.js";
-import { withTimeout, waitFor, sleep, expectRejection, elicitationParams } from "./helpers.mjs";
+import { withTimeout, waitFor, sleep, expectRejection, elicitationParams, aborted } from "./helpers.mjs";
 import { spawnHttpServer, FetchRecorder, messagesOf, pollUntil } from "./http.mjs";
 
 /** A Client on a new session of `url`, with its transport and recorder; `setup` prepares the client first. */
@@ -236,7 +236,7 @@ describe("mcp_http_server confirm: the SDK client answers the server's elicitati
       client.setRequestHandler(ElicitRequestSchema, async (request, extra) => {
         asked.push({ params: request.params, id: extra.requestId, signal: extra.signal });
         if (answer !== "wait") return answer;
-        await new Promise((resolve) => extra.signal.addEventListener("abort", resolve, { once: true }));
+        await aborted(extra.signal);
         return { action: "cancel" };
       });
     });
@@ -304,9 +304,7 @@ describe("mcp_http_server confirm: the SDK client answers the server's elicitati
     ac.abort("user pressed stop");
     await withTimeout(expectRejection(pending, started, "the aborted confirm"), 5000, "the aborted call did not reject");
     await withTimeout(
-      new Promise((resolve) =>
-        question.signal.aborted ? resolve() : question.signal.addEventListener("abort", resolve, { once: true }),
-      ),
+      aborted(question.signal),
       5000,
       "the elicitation handler's abort signal never fired",
     );

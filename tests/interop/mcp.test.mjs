@@ -27,6 +27,7 @@ import {
   waitFor,
   expectRejection,
   elicitationParams,
+  aborted,
   NdjsonRecorder,
 } from "./helpers.mjs";
 
@@ -207,7 +208,7 @@ describe("mcp_server confirm: the SDK client answers the server's elicitation/cr
       const question = { params: request.params, id: extra.requestId, signal: extra.signal };
       asked.push(question);
       if (answer !== "wait") return answer;
-      await new Promise((resolve) => extra.signal.addEventListener("abort", resolve, { once: true }));
+      await aborted(extra.signal);
       return { action: "cancel" };
     });
     await withTimeout(client.connect(transport), 5000, "initialize got no answer");
@@ -267,9 +268,7 @@ describe("mcp_server confirm: the SDK client answers the server's elicitation/cr
     ac.abort("user pressed stop");
     await withTimeout(expectRejection(pending, started, "the aborted confirm"), 5000, "the aborted call did not reject");
     await withTimeout(
-      new Promise((resolve) =>
-        question.signal.aborted ? resolve() : question.signal.addEventListener("abort", resolve, { once: true }),
-      ),
+      aborted(question.signal),
       5000,
       "the elicitation handler's abort signal never fired",
     );

@@ -285,24 +285,45 @@ async fn acp_the_handles_default_timeout_works_the_same() {
     a_timeout_waits_for_the_peers_answer(Pair::acp(), ACP_CANCEL_0, true).await;
 }
 
+/// Where an MCP call's timeout comes from.
+#[derive(Clone, Copy)]
+enum McpTimeout {
+    /// The call's own, 100 ms.
+    Call,
+    /// The handle's default, 100 ms.
+    Handle,
+    /// None set: the peer's [`Peer::DEFAULT_TIMEOUT`](tower_cancel::Peer::DEFAULT_TIMEOUT).
+    Peer,
+}
+
 /// MCP: the timeout sends the cancel and the call stops at once; the server sends nothing back.
-async fn mcp_a_timeout_stops_at_once(default: bool) {
+async fn mcp_a_timeout_stops_at_once(timeout: McpTimeout) {
     let mut pair = Pair::mcp();
     let start = Instant::now();
-    let call = if default {
-        pair.client
-            .peer
-            .clone()
-            .with_default_timeout(ms(100))
-            .request("tools/call", json!({ "name": "t", "hang": true }))
-    } else {
-        pair.client
-            .peer
-            .request("tools/call", json!({ "name": "t", "hang": true }))
-            .timeout(ms(100))
+    let hang = || json!({ "name": "t", "hang": true });
+    let (call, after) = match timeout {
+        McpTimeout::Call => (
+            pair.client
+                .peer
+                .request("tools/call", hang())
+                .timeout(ms(100)),
+            ms(100),
+        ),
+        McpTimeout::Handle => (
+            pair.client
+                .peer
+                .clone()
+                .with_default_timeout(ms(100))
+                .request("tools/call", hang()),
+            ms(100),
+        ),
+        McpTimeout::Peer => (
+            pair.client.peer.request("tools/call", hang()),
+            tower_cancel::Peer::DEFAULT_TIMEOUT,
+        ),
     };
     assert_eq!(call.await, Err(PeerError::TimedOut));
-    assert_about(start.elapsed(), ms(100));
+    assert_about(start.elapsed(), after);
     assert_eq!(pair.client.peer_counts().pending, 0);
     pair.to_server
         .expect(
@@ -326,12 +347,12 @@ async fn mcp_a_timeout_stops_at_once(default: bool) {
 
 #[tokio::test(start_paused = true)]
 async fn mcp_a_call_timeout_stops_at_once_and_the_server_sends_no_reply() {
-    mcp_a_timeout_stops_at_once(false).await;
+    mcp_a_timeout_stops_at_once(McpTimeout::Call).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn mcp_the_handles_default_timeout_stops_at_once_too() {
-    mcp_a_timeout_stops_at_once(true).await;
+    mcp_a_timeout_stops_at_once(McpTimeout::Handle).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -375,39 +396,18 @@ async fn a_calls_own_timeout_wins_over_the_default_and_other_handles_keep_theirs
 /// handler stops.
 #[tokio::test(start_paused = true)]
 async fn mcp_a_call_with_no_timeout_of_its_own_gives_up_after_60_s() {
-    let mut pair = Pair::mcp();
-    assert_eq!(pair.client.peer.default_timeout(), Some(ms(60_000)));
-    let start = Instant::now();
-    let call = pair
-        .client
-        .peer
-        .request("tools/call", json!({ "name": "t", "hang": true }));
-    assert_eq!(call.await, Err(PeerError::TimedOut));
-    assert_about(start.elapsed(), tower_cancel::Peer::DEFAULT_TIMEOUT);
-    pair.to_server
-        .expect(
-            r#"{"jsonrpc":"2.0","id":0,"method":"tools/call","params":{"hang":true,"name":"t"}}"#,
-        )
-        .await;
-    pair.to_server.expect(&mcp_cancel_0("timed out")).await;
-    settle().await;
-    pair.to_client.assert_quiet();
-    assert_eq!(
-        pair.server.probe.ended_of(0),
-        Some(Ended::stopped(
-            0,
-            "tools/call",
-            Some(CancelReason::peer(Some("timed out".into())))
-        ))
-    );
-    assert_eq!(pair.client.peer_counts(), PeerCounts::new(1, 1, 0));
-    pair.finish().await;
+    assert_eq!(tower_cancel::Peer::DEFAULT_TIMEOUT, ms(60_000));
+    mcp_a_timeout_stops_at_once(McpTimeout::Peer).await;
 }
 
 /// Waiting longer than the default is an explicit choice, for a handle or for one call.
 #[tokio::test(start_paused = true)]
 async fn no_timeout_is_an_explicit_choice_of_a_handle_or_a_call() {
     let mut pair = Pair::mcp();
+    assert_eq!(
+        pair.client.peer.default_timeout(),
+        Some(tower_cancel::Peer::DEFAULT_TIMEOUT)
+    );
     let patient = pair.client.peer.clone().without_default_timeout();
     assert_eq!(patient.default_timeout(), None);
     let start = Instant::now();

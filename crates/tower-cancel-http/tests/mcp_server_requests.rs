@@ -106,6 +106,14 @@ async fn initialize(addr: SocketAddr) -> String {
         .to_owned()
 }
 
+/// The headers of a POST in `session`.
+fn in_session(session: &str) -> [(&'static str, &str); 2] {
+    [
+        ("Mcp-Session-Id", session),
+        ("MCP-Protocol-Version", SESSION_VERSION),
+    ]
+}
+
 fn ask(id: u64, message: &str) -> String {
     json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":"ask","arguments":{"message":message}}})
         .to_string()
@@ -127,10 +135,7 @@ async fn a_handlers_request_goes_out_on_its_posts_stream_and_the_answer_posted_l
     let mcp = mcp(&probe);
     let addr = mount(mcp.clone()).await;
     let session = initialize(addr).await;
-    let headers = [
-        ("Mcp-Session-Id", session.as_str()),
-        ("MCP-Protocol-Version", SESSION_VERSION),
-    ];
+    let headers = in_session(&session);
     let mut first = Stream::post(addr, &headers, &ask(7, "first?")).await;
     assert_eq!(first.until(1).await, vec![elicitation(0, "first?")]);
     let mut second = Stream::post(addr, &headers, &ask(8, "second?")).await;
@@ -167,10 +172,7 @@ async fn cancelling_the_parent_cancels_the_question_on_its_stream() {
     let mcp = mcp(&probe);
     let addr = mount(mcp.clone()).await;
     let session = initialize(addr).await;
-    let headers = [
-        ("Mcp-Session-Id", session.as_str()),
-        ("MCP-Protocol-Version", SESSION_VERSION),
-    ];
+    let headers = in_session(&session);
     let mut stream = Stream::post(addr, &headers, &ask(3, "go?")).await;
     stream.until(1).await;
     let cancel = r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":3,"reason":"user"}}"#;
@@ -199,10 +201,7 @@ async fn a_timeout_or_the_sessions_end_cancels_the_question_too() {
     let timed = mcp_http_with_timeout(&probe, Duration::from_millis(200));
     let addr = mount(timed.clone()).await;
     let session = initialize(addr).await;
-    let headers = [
-        ("Mcp-Session-Id", session.as_str()),
-        ("MCP-Protocol-Version", SESSION_VERSION),
-    ];
+    let headers = in_session(&session);
     let mut stream = Stream::post(addr, &headers, &ask(4, "slow?")).await;
     assert_eq!(
         stream.until_the_end().await,
@@ -218,10 +217,7 @@ async fn a_timeout_or_the_sessions_end_cancels_the_question_too() {
     let mcp = mcp(&probe);
     let addr = mount(mcp.clone()).await;
     let session = initialize(addr).await;
-    let headers = [
-        ("Mcp-Session-Id", session.as_str()),
-        ("MCP-Protocol-Version", SESSION_VERSION),
-    ];
+    let headers = in_session(&session);
     let mut stream = Stream::post(addr, &headers, &ask(5, "still there?")).await;
     stream.until(1).await;
     let deleted = reqwest::Client::new()

@@ -72,16 +72,12 @@ impl Settlement {
     }
 
     /// Send the notice of the request's end, if its dialect announces it and this side ended it (see
-    /// `Dialect::ends_with_cancel`): cancelled by anything but the peer, or answered by its handler (`answered`).
-    /// A handler's error is not an end to announce: the request never became what the notice would end (a
-    /// subscription refused is answered with its error). Returns why it ended, if the notice was sent.
+    /// `Dialect::ends_with_cancel` and `Lifecycle::end_notice`; `answered`: its handler answered). Returns why it
+    /// ended, if the notice was sent.
     pub(super) fn announce_end(&self, answered: bool) -> Option<CancelReason> {
         let registration = self.registration.as_ref()?;
         let lifecycle = registration.lifecycle();
-        if !answered && !lifecycle.is_cancelled() {
-            return None;
-        }
-        let notice = lifecycle.end_notice()?;
+        let notice = lifecycle.end_notice(answered)?;
         let connection = registration.connection();
         let sent = connection.outbox().send_request(&notice).is_ok();
         tracing::debug!(id = %lifecycle.id(), sent, "the request's end announced to the peer");

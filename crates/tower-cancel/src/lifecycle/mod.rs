@@ -145,16 +145,16 @@ impl Lifecycle {
     }
 
     /// The notice this side sends for the request's end, if it announces its end and this side ended it: its
-    /// handler answered, or it was cancelled by anything but the peer (whose cancel or hang-up ended it).
-    pub(crate) fn end_notice(&self) -> Option<WireRequest> {
+    /// handler answered (`answered`), or it was cancelled by anything but the peer (whose cancel or hang-up ended
+    /// it). A handler's error is no end to announce: the request never became what the notice would end (a
+    /// subscription refused is answered with its error).
+    pub(crate) fn end_notice(&self, answered: bool) -> Option<WireRequest> {
         let EndNotice(dialect) = self.rare.get()?.end_notice.get()?;
-        let reason = self.reason();
-        if matches!(
-            reason,
-            Some(CancelReason::Peer { .. } | CancelReason::Disconnect)
-        ) {
-            return None;
-        }
+        let reason = match self.reason() {
+            Some(CancelReason::Peer { .. } | CancelReason::Disconnect) => return None,
+            None if !answered => return None,
+            reason => reason,
+        };
         Some(dialect.end_notice(&self.id, reason))
     }
 

@@ -50,11 +50,6 @@ impl Exchanges {
         self.lock().retain(|_, caller| !caller.ptr_eq(&peer));
     }
 
-    /// How many calls are waiting, over every exchange.
-    pub(crate) fn len(&self) -> usize {
-        self.lock().len()
-    }
-
     fn lock(&self) -> MutexGuard<'_, HashMap<Id, Weak<Shared>>> {
         // No user code runs under the lock: a poisoned one still holds a whole map.
         self.waiting
@@ -66,7 +61,7 @@ impl Exchanges {
 impl std::fmt::Debug for Exchanges {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Exchanges")
-            .field("waiting", &self.len())
+            .field("waiting", &self.lock().len())
             .finish()
     }
 }

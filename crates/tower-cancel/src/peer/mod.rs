@@ -395,10 +395,11 @@ impl Peer {
             return false;
         }
         let ended = shared.table.end_by_peer(&notice.id, notice.reason.clone());
-        if let Some(exchanges) = &shared.exchanges {
-            exchanges.left(&notice.id);
-        }
         if ended {
+            // Only then: another exchange of the scope may be waiting on a call of that id, still routed.
+            if let Some(exchanges) = &shared.exchanges {
+                exchanges.left(&notice.id);
+            }
             tracing::info!(
                 id = %notice.id,
                 reason = notice.reason.as_deref().unwrap_or(""),

@@ -65,7 +65,10 @@ impl Connection {
         };
         let session = Arc::new(SessionState::default());
         // An exchange's calls are numbered with the scope's other exchanges, and answered on any of them.
-        let exchanges = (cancels == WHOLE_SCOPE).then(|| scope.exchanges().clone());
+        let exchanges = scope
+            .exchanges()
+            .filter(|_| cancels == WHOLE_SCOPE)
+            .cloned();
         let peer = scope.dialect().map(|dialect| {
             Peer::with_session(dialect.clone(), outbox.clone(), session.clone(), exchanges)
         });

@@ -99,8 +99,9 @@ pub struct Scope {
     dialect: Option<Arc<dyn Dialect>>,
     // Set when the scope is attached to a replica of a cancel bus: its cancels that miss go to the other replicas.
     remote: Option<Arc<dyn Publish>>,
-    // The calls of the peers of its exchanges: numbered together, answered on any exchange.
-    exchanges: Arc<Exchanges>,
+    // The calls of the peers of its exchanges: numbered together, answered on any exchange. Only a scope with a
+    // dialect has peers.
+    exchanges: Option<Arc<Exchanges>>,
 }
 
 impl Scope {
@@ -131,7 +132,7 @@ impl Scope {
             registry,
             dialect: Some(Arc::new(dialect)),
             remote: None,
-            exchanges: Arc::default(),
+            exchanges: Some(Arc::default()),
         }
     }
 
@@ -209,13 +210,8 @@ impl Scope {
         self.dialect.as_ref()
     }
 
-    pub(crate) fn exchanges(&self) -> &Arc<Exchanges> {
-        &self.exchanges
-    }
-
-    /// How many calls of its exchanges' peers are waiting for their reply, over every exchange.
-    pub fn calls_waiting(&self) -> usize {
-        self.exchanges.len()
+    pub(crate) fn exchanges(&self) -> Option<&Arc<Exchanges>> {
+        self.exchanges.as_ref()
     }
 }
 
