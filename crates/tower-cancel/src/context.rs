@@ -50,6 +50,13 @@ impl RequestContext {
         self.lifecycle.id()
     }
 
+    /// The group the request was put in at admission ([`CancelLayer::group_by_param`](crate::CancelLayer::group_by_param):
+    /// its ACP session), if any. A group cancel of it ends the request with
+    /// [`CancelReason::Group`](crate::CancelReason::Group).
+    pub fn group(&self) -> Option<&Id> {
+        self.lifecycle.group()
+    }
+
     /// The token that fires when the request is cancelled, from any source. Hand out
     /// [`child_token`](CancellationToken::child_token)s to sub-tasks so they stop with the request.
     ///

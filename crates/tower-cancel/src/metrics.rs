@@ -74,6 +74,7 @@ pub(crate) fn reason_label(reason: &CancelReason) -> &'static str {
         CancelReason::Shutdown => "shutdown",
         CancelReason::Parent => "parent",
         CancelReason::Local { .. } => "local",
+        CancelReason::Group { .. } => "group",
     }
 }
 

@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+use crate::message::Id;
+
 /// The longest reason text kept, in bytes: a longer one (a peer's, most likely) is cut at a character boundary
 /// there, so that a hostile peer cannot make every remembered or in-flight cancel hold a frame's worth of text.
 pub const MAX_REASON_BYTES: usize = 256;
@@ -28,6 +30,13 @@ pub enum CancelReason {
     Local {
         /// A description, for logs.
         reason: Option<String>,
+    },
+    /// The peer cancelled a whole group of requests the request was in (ACP's `session/cancel {sessionId}`: the
+    /// requests grouped by that session). Dialects render it like [`Peer`](Self::Peer) unless they say
+    /// otherwise (ACP answers a `session/prompt` ended this way with the result `{"stopReason":"cancelled"}`).
+    Group {
+        /// The group's key (the session id).
+        key: Id,
     },
 }
 
@@ -77,6 +86,7 @@ impl fmt::Display for CancelReason {
             CancelReason::Parent => f.write_str("parent request cancelled"),
             CancelReason::Local { reason: None } => f.write_str("cancelled locally"),
             CancelReason::Local { reason: Some(r) } => write!(f, "cancelled locally: {r}"),
+            CancelReason::Group { key } => write!(f, "group {key} cancelled by the peer"),
         }
     }
 }

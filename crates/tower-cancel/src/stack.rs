@@ -135,6 +135,14 @@ impl<D> CancelStack<D> {
         self.cancel.dialect()
     }
 
+    /// Group requests by their param `param` at admission, so that the peer's group cancel reaches them (ACP:
+    /// `CancelStack::acp().group_by_param("sessionId")`, and `session/cancel {sessionId}` ends the session's
+    /// turn). See [`CancelLayer::group_by_param`].
+    pub fn group_by_param(mut self, param: impl Into<std::sync::Arc<str>>) -> Self {
+        self.cancel = self.cancel.group_by_param(param);
+        self
+    }
+
     /// The registry for requests that arrive without a connection (see [`CancelLayer::registry`]).
     pub fn registry(mut self, registry: Registry) -> Self {
         self.cancel = self.cancel.registry(registry);

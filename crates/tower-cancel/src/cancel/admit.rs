@@ -3,7 +3,10 @@
 
 use std::sync::Arc;
 
-use super::settlement::{self, Settlement};
+use super::{
+    settlement::{self, Settlement},
+    GroupBy,
+};
 use crate::{
     context::RequestContext,
     dialect::{Dialect, Recognized},
@@ -35,6 +38,7 @@ pub(super) fn admit<X: Dialect + ?Sized>(
     dialect: &X,
     progress: &Arc<dyn Dialect>,
     connection: &Connection,
+    group_by: Option<&GroupBy>,
     req: &Request,
 ) -> Admitted {
     let session = connection.session();
@@ -63,6 +67,18 @@ pub(super) fn admit<X: Dialect + ?Sized>(
                 );
                 return Admitted::Consumed;
             }
+            Recognized::CancelGroup(group) => {
+                let cancelled = connection.cancel_group(&group.key, group.reason);
+                tracing::debug!(
+                    dialect = dialect.name(),
+                    group = %group.key,
+                    cancelled,
+                    "group cancel received"
+                );
+                // Passed on: the application may own the group too (an SDK's own `session/cancel` handler, an
+                // LSP progress token of its own).
+                return Admitted::Notification;
+            }
             Recognized::NotACancel => return Admitted::Notification,
         }
     };
@@ -84,7 +100,14 @@ pub(super) fn admit<X: Dialect + ?Sized>(
     if dialect.ends_with_cancel(req.method()) {
         lifecycle.announce_end(progress.clone());
     }
-    let registration = match connection.register(lifecycle.clone()) {
+    // Only what can be cancelled is grouped: a group cancel could not reach the rest.
+    let group = group_by
+        .filter(|_| lifecycle.is_cancellable())
+        .and_then(|group_by| group_by.key(req));
+    if let Some(key) = &group {
+        lifecycle.set_group(key.clone());
+    }
+    let registration = match connection.register(lifecycle.clone(), group) {
         Ok(registration) => registration,
         Err(duplicate) => {
             settlement::record_outcome(&span, "duplicate", None);

@@ -2,7 +2,7 @@ use std::time::Duration;
 
 use tower_layer::Layer;
 
-use super::Cancel;
+use super::{Cancel, GroupBy};
 use crate::{dialect::Dialect, outbox::Outbox, registry::Registry, scope::Scope};
 
 /// What happens to a handler when its request is cancelled.
@@ -28,6 +28,7 @@ pub struct CancelLayer<D> {
     dialect: D,
     mode: Mode,
     registry: Option<Registry>,
+    group_by: Option<GroupBy>,
 }
 
 impl<D> CancelLayer<D> {
@@ -37,6 +38,7 @@ impl<D> CancelLayer<D> {
             dialect,
             mode: Mode::Abort,
             registry: None,
+            group_by: None,
         }
     }
 
@@ -58,6 +60,21 @@ impl<D> CancelLayer<D> {
         self
     }
 
+    /// Put each cancellable request whose params have the member `param` (a string or an integer) in the group of
+    /// that key on its connection, so that the peer's group cancel of that key (ACP's `session/cancel
+    /// {sessionId}`: `group_by_param("sessionId")`) cancels it with
+    /// [`CancelReason::Group`](crate::CancelReason::Group). Off by default: a layer that does not group reads no
+    /// params. The handler finds its group in [`RequestContext::group`](crate::RequestContext::group).
+    pub fn group_by_param(mut self, param: impl Into<std::sync::Arc<str>>) -> Self {
+        self.group_by = Some(GroupBy::param(param));
+        self
+    }
+
+    /// The grouping at admission, if set ([`group_by_param`](Self::group_by_param)).
+    pub fn group_by(&self) -> Option<&GroupBy> {
+        self.group_by.as_ref()
+    }
+
     /// The dialect.
     pub fn dialect(&self) -> &D {
         &self.dialect
@@ -76,5 +93,6 @@ impl<S, D: Dialect + Clone> Layer<S> for CancelLayer<D> {
             self.mode,
             scope.connect(Outbox::closed()),
         )
+        .grouping(self.group_by.clone())
     }
 }

@@ -79,6 +79,7 @@
 
 mod admit;
 mod future;
+mod group_by;
 mod layer;
 mod settlement;
 
@@ -93,6 +94,7 @@ use tower_service::Service;
 use self::admit::{admit, Admitted};
 pub use self::{
     future::ResponseFuture,
+    group_by::GroupBy,
     layer::{CancelLayer, Mode},
 };
 use crate::{
@@ -114,6 +116,8 @@ pub struct Cancel<S, D> {
     own: Connection,
     // The dialect once more, shared, for the progress reports of every request's context.
     progress: Arc<dyn Dialect>,
+    // Which param puts a request in a group at admission, if any.
+    group_by: Option<GroupBy>,
 }
 
 impl<S: fmt::Debug, D: fmt::Debug> fmt::Debug for Cancel<S, D> {
@@ -135,7 +139,13 @@ impl<S, D: Dialect + Clone> Cancel<S, D> {
             dialect,
             mode,
             own,
+            group_by: None,
         }
+    }
+
+    pub(crate) fn grouping(mut self, group_by: Option<GroupBy>) -> Self {
+        self.group_by = group_by;
+        self
     }
 }
 
@@ -187,8 +197,20 @@ where
         // The request's dialect is its scope's, the one owner that its transport's peer speaks too; the layer's
         // own only stands in for a scope that speaks none (`Scope::new`, a request without a connection).
         let admitted = match connection.scope().dialect() {
-            Some(dialect) => admit(&**dialect, dialect, connection, &req),
-            None => admit(&self.dialect, &self.progress, connection, &req),
+            Some(dialect) => admit(
+                &**dialect,
+                dialect,
+                connection,
+                self.group_by.as_ref(),
+                &req,
+            ),
+            None => admit(
+                &self.dialect,
+                &self.progress,
+                connection,
+                self.group_by.as_ref(),
+                &req,
+            ),
         };
         match admitted {
             Admitted::Consumed => ResponseFuture::ready(Ok(S::Response::default())),

@@ -2,7 +2,8 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{
-    recognize_cancel, request_cancelled, CancelNotice, CancelledReply, Dialect, Recognized,
+    recognize_cancel, request_cancelled, CancelNotice, CancelledReply, Dialect, GroupCancel,
+    Recognized,
 };
 use crate::{
     message::{Id, WireRequest},
@@ -15,7 +16,16 @@ use crate::{
 ///
 /// No capability is needed and either side may send it; unknown, completed and malformed cancels are ignored.
 /// Internal cancellation (timeouts, shutdown) is answered the same way, as the protocol asks.
-/// `session/cancel` is a separate, feature-level notification and stays the application's business.
+///
+/// # `session/cancel`
+///
+/// `session/cancel {"sessionId": …}` ends a turn of a session: it is read as a group cancel
+/// ([`Recognized::CancelGroup`], reason [`CancelReason::Group`]) of the requests grouped by that session id, which
+/// a stack groups when told to (`CancelStack::acp().group_by_param("sessionId")`). The session's pending
+/// `session/prompt` is answered with the result `{"stopReason":"cancelled"}`, as the protocol asks, its other
+/// requests with -32800 "Request cancelled"; the notification then goes on to the service. A `session/cancel` with
+/// nothing in flight is not remembered: the next prompt is a new turn. Without grouping nothing is cancelled and
+/// the notification is the application's, as before.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Acp;
 
@@ -30,12 +40,46 @@ struct AcpParams {
     request_id: Id,
 }
 
+/// The method of ACP's turn cancel, in both revisions.
+const SESSION_CANCEL_METHOD: &str = "session/cancel";
+
+/// The method whose cancelled turn is answered with a result.
+const PROMPT_METHOD: &str = "session/prompt";
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SessionCancelParams {
+    session_id: String,
+}
+
+/// `session/cancel {sessionId}` as a group cancel; `None` for any other notification. Params of the wrong shape
+/// are no cancel: the notification goes on to the service as it is.
+fn session_cancel(notification: &WireRequest) -> Option<Recognized> {
+    if notification.method() != SESSION_CANCEL_METHOD {
+        return None;
+    }
+    let params: SessionCancelParams = notification.params_as().ok()?;
+    let key = Id::String(params.session_id);
+    Some(Recognized::CancelGroup(GroupCancel {
+        reason: CancelReason::Group { key: key.clone() },
+        key,
+    }))
+}
+
+/// ACP's answer to a cancelled turn.
+fn cancelled_turn() -> Value {
+    json!({ "stopReason": "cancelled" })
+}
+
 impl Dialect for Acp {
     fn name(&self) -> &'static str {
         "acp"
     }
 
     fn recognize(&self, notification: &WireRequest, _session: &SessionState) -> Recognized {
+        if let Some(group) = session_cancel(notification) {
+            return group;
+        }
         recognize_cancel(notification, Self::CANCEL_METHOD, |p: AcpParams| {
             CancelNotice {
                 id: p.request_id,
@@ -50,6 +94,14 @@ impl Dialect for Acp {
 
     fn cancelled_reply(&self, _reason: &CancelReason, _server_cancellable: bool) -> CancelledReply {
         request_cancelled("Request cancelled")
+    }
+
+    fn answers_group_cancel(&self, method: &str) -> bool {
+        method == PROMPT_METHOD
+    }
+
+    fn group_cancelled_result(&self, _reason: &CancelReason) -> Value {
+        cancelled_turn()
     }
 
     fn cancel_message(&self, id: &Id, _reason: &CancelReason) -> WireRequest {
@@ -133,6 +185,11 @@ impl Dialect for AcpDraft {
     }
 
     fn recognize(&self, notification: &WireRequest, session: &SessionState) -> Recognized {
+        // `session/cancel` is no capability's: read whatever was declared (it cancels only what is cancellable,
+        // nothing where this side did not declare `cancellation.request`), and passed on all the same.
+        if let Some(group) = session_cancel(notification) {
+            return group;
+        }
         // A side that did not declare the capability, or a session not yet initialized, does not handle cancels:
         // the notification goes on to the service like any other.
         if !self.declared || !session.is_initialized() {
@@ -152,6 +209,14 @@ impl Dialect for AcpDraft {
 
     fn cancelled_reply(&self, _reason: &CancelReason, _server_cancellable: bool) -> CancelledReply {
         request_cancelled("Cancelled")
+    }
+
+    fn answers_group_cancel(&self, method: &str) -> bool {
+        method == PROMPT_METHOD
+    }
+
+    fn group_cancelled_result(&self, _reason: &CancelReason) -> Value {
+        cancelled_turn()
     }
 
     fn cancel_message(&self, id: &Id, _reason: &CancelReason) -> WireRequest {

@@ -75,7 +75,10 @@ impl Dialect for Lsp {
     }
 
     fn cancelled_reply(&self, reason: &CancelReason, server_cancellable: bool) -> CancelledReply {
-        let by_this_side = !matches!(reason, CancelReason::Peer { .. });
+        let by_this_side = !matches!(
+            reason,
+            CancelReason::Peer { .. } | CancelReason::Group { .. }
+        );
         if server_cancellable && by_this_side {
             let retrigger = matches!(reason, CancelReason::Timeout);
             return CancelledReply::Error(

@@ -177,7 +177,9 @@ impl Dialect for Mcp {
 
     fn cancelled_reply(&self, reason: &CancelReason, _server_cancellable: bool) -> CancelledReply {
         match reason {
-            CancelReason::Peer { .. } | CancelReason::Disconnect => CancelledReply::Nothing,
+            CancelReason::Peer { .. } | CancelReason::Group { .. } | CancelReason::Disconnect => {
+                CancelledReply::Nothing
+            }
             CancelReason::Timeout => {
                 CancelledReply::Error(ErrorObject::new(code::REQUEST_TIMEOUT, "Request timed out"))
             }

@@ -28,6 +28,7 @@ use crate::{
 
 pub mod abp;
 mod acp;
+mod group;
 mod lsp;
 mod mcp;
 pub mod rap;
@@ -35,6 +36,7 @@ mod server_cancellable;
 
 pub use abp::Abp;
 pub use acp::{Acp, AcpDraft};
+pub use group::GroupCancel;
 pub use lsp::Lsp;
 pub use mcp::Mcp;
 pub use rap::Rap;
@@ -58,6 +60,9 @@ pub enum Recognized {
     Cancel(CancelNotice),
     /// This dialect's cancel method with params of the wrong shape: consumed and ignored, as every dialect says.
     Malformed,
+    /// A cancel of a group of requests (ACP's `session/cancel`): the group's requests on the connection it arrived
+    /// on are cancelled, then the notification is passed on to the service. No early cancel is remembered for it.
+    CancelGroup(GroupCancel),
 }
 
 /// What a cancelled request gets.
@@ -97,6 +102,19 @@ pub trait Dialect: Send + Sync + 'static {
     /// ServerCancelled, -32802). Asked once per request, so keep it cheap.
     fn is_server_cancellable(&self, _method: &str) -> bool {
         false
+    }
+
+    /// Whether a request of `method` that a group cancel ended ([`CancelReason::Group`]) is answered with the
+    /// result [`group_cancelled_result`](Self::group_cancelled_result) instead of the
+    /// [cancelled reply](Self::cancelled_reply) (ACP's `session/prompt`, whose cancelled turn is the result
+    /// `{"stopReason":"cancelled"}`). Asked once per request, so keep it cheap. `false` by default.
+    fn answers_group_cancel(&self, _method: &str) -> bool {
+        false
+    }
+
+    /// The result a request that [answers group cancels](Self::answers_group_cancel) gets when one ended it.
+    fn group_cancelled_result(&self, _reason: &CancelReason) -> Value {
+        Value::Null
     }
 
     /// The progress token a request carries, if the dialect has progress and the request asked for it: in its

@@ -41,7 +41,9 @@ impl Dialect for Rap {
     fn cancelled_reply(&self, reason: &CancelReason, _server_cancellable: bool) -> CancelledReply {
         let message = match reason {
             // The runtime's cancel, or its close of the thread.
-            CancelReason::Peer { .. } => return CancelledReply::Nothing,
+            CancelReason::Peer { .. } | CancelReason::Group { .. } => {
+                return CancelledReply::Nothing
+            }
             CancelReason::Timeout => "the tool call timed out",
             CancelReason::Shutdown => "the tool server is shutting down",
             CancelReason::Disconnect => "the tool call was stopped: its connection closed",

@@ -59,6 +59,14 @@ impl<D: Dialect> Dialect for ServerCancellable<D> {
         self.methods.iter().any(|m| m == method)
     }
 
+    fn answers_group_cancel(&self, method: &str) -> bool {
+        self.dialect.answers_group_cancel(method)
+    }
+
+    fn group_cancelled_result(&self, reason: &CancelReason) -> Value {
+        self.dialect.group_cancelled_result(reason)
+    }
+
     fn allows_partial_result(&self) -> bool {
         self.dialect.allows_partial_result()
     }

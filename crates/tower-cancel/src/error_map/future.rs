@@ -43,6 +43,8 @@ pub(crate) enum Subject {
     Request {
         id: Id,
         server_cancellable: bool,
+        // Whether a group cancel is answered with a result (`Dialect::answers_group_cancel`).
+        answers_group: bool,
         spoken: Option<Arc<dyn Dialect>>,
     },
     /// A notification: never answered; its method is kept to log a failure.
@@ -57,11 +59,13 @@ impl fmt::Debug for Subject {
             Subject::Request {
                 id,
                 server_cancellable,
+                answers_group,
                 spoken,
             } => f
                 .debug_struct("Request")
                 .field("id", id)
                 .field("server_cancellable", server_cancellable)
+                .field("answers_group", answers_group)
                 .field("spoken", &spoken.as_ref().map(|dialect| dialect.name()))
                 .finish(),
             Subject::Notification { method } => f
@@ -120,13 +124,27 @@ where
             Subject::Request {
                 id,
                 server_cancellable,
+                answers_group,
                 spoken: Some(dialect),
-            } => Poll::Ready(Ok(render(id, outcome, server_cancellable, &*dialect))),
+            } => Poll::Ready(Ok(render(
+                id,
+                outcome,
+                server_cancellable,
+                answers_group,
+                &*dialect,
+            ))),
             Subject::Request {
                 id,
                 server_cancellable,
+                answers_group,
                 spoken: None,
-            } => Poll::Ready(Ok(render(id, outcome, server_cancellable, this.dialect))),
+            } => Poll::Ready(Ok(render(
+                id,
+                outcome,
+                server_cancellable,
+                answers_group,
+                this.dialect,
+            ))),
             Subject::Notification { method } => {
                 if let Err(error) = outcome {
                     tracing::warn!(method, %error, "notification handler failed");

@@ -56,7 +56,7 @@ use crate::{
     dialect::{CancelledReply, Dialect},
     message::{ErrorObject, Id, Response},
     outcome::{BoxError, Panicked, Unavailable},
-    reason::Cancelled,
+    reason::{CancelReason, Cancelled},
     registry::DuplicateId,
     request::Request,
     unwind::Payload,
@@ -135,11 +135,13 @@ where
                 Some(dialect) => Subject::Request {
                     id: id.clone(),
                     server_cancellable: dialect.is_server_cancellable(req.method()),
+                    answers_group: dialect.answers_group_cancel(req.method()),
                     spoken: Some(dialect.clone()),
                 },
                 None => Subject::Request {
                     id: id.clone(),
                     server_cancellable: self.dialect.is_server_cancellable(req.method()),
+                    answers_group: self.dialect.answers_group_cancel(req.method()),
                     spoken: None,
                 },
             },
@@ -162,6 +164,7 @@ pub(crate) fn render<D: Dialect + ?Sized>(
     id: Id,
     outcome: Result<Value, BoxError>,
     server_cancellable: bool,
+    answers_group: bool,
     dialect: &D,
 ) -> Option<Response> {
     let error = match outcome {
@@ -172,6 +175,12 @@ pub(crate) fn render<D: Dialect + ?Sized>(
         if cancelled.was_announced() {
             tracing::debug!(%id, reason = %cancelled.reason(), "the request's end was announced: no reply");
             return None;
+        }
+        if let (true, CancelReason::Group { .. }) = (answers_group, cancelled.reason()) {
+            return Some(Response::ok(
+                id,
+                dialect.group_cancelled_result(cancelled.reason()),
+            ));
         }
         return match dialect.cancelled_reply(cancelled.reason(), server_cancellable) {
             CancelledReply::Error(object) => Some(Response::error(Some(id), object)),

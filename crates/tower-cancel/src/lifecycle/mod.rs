@@ -53,6 +53,9 @@ pub(crate) struct Lifecycle {
     // padding, and the future (held for each request in flight) would grow a word.
     partial_allowed: bool,
     initializes: bool,
+    // Whether the request is in a group of the registry's group index, so that leaving the registry looks it up
+    // there only then. Read and written under the registry's lock only (std's: no ordering to model).
+    grouped: std::sync::atomic::AtomicBool,
     state: AtomicU8,
     // The cancel layer's response future, woken on the move to `CANCELLED`.
     waker: AtomicWaker,
@@ -70,6 +73,8 @@ struct Rare {
     token: OnceLock<CancellationToken>,
     // Set by a timeout layer, at most once.
     deadline: OnceLock<Deadline>,
+    // The group the request was put in at admission (its ACP session), for its handler.
+    group: OnceLock<Id>,
     // For a request the other side ends only by cancelling it (`Dialect::ends_with_cancel`): the dialect that
     // renders the notice this side sends when it ends the request itself.
     end_notice: OnceLock<EndNotice>,
@@ -96,6 +101,7 @@ impl Lifecycle {
             cancellable: state == RUNNING,
             partial_allowed: false,
             initializes: false,
+            grouped: std::sync::atomic::AtomicBool::new(false),
             state: AtomicU8::new(state),
             waker: AtomicWaker::new(),
             rare: OnceBox::new(),
@@ -118,6 +124,27 @@ impl Lifecycle {
     pub(crate) fn with_initializes(mut self, initializes: bool) -> Self {
         self.initializes = initializes;
         self
+    }
+
+    /// Mark the request as in (or out of) a group of the registry's group index. Under the registry's lock.
+    pub(crate) fn set_grouped(&self, grouped: bool) {
+        self.grouped
+            .store(grouped, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether the request is in a group of the registry's group index. Under the registry's lock.
+    pub(crate) fn is_grouped(&self) -> bool {
+        self.grouped.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Record the group the request was put in at admission (the first one only).
+    pub(crate) fn set_group(&self, key: Id) {
+        let _ = self.rare().group.set(key);
+    }
+
+    /// The group the request was put in at admission, if any.
+    pub(crate) fn group(&self) -> Option<&Id> {
+        self.rare.get()?.group.get()
     }
 
     pub(crate) fn allows_partial_result(&self) -> bool {
@@ -151,7 +178,9 @@ impl Lifecycle {
     pub(crate) fn end_notice(&self, answered: bool) -> Option<WireRequest> {
         let EndNotice(dialect) = self.rare.get()?.end_notice.get()?;
         let reason = match self.reason() {
-            Some(CancelReason::Peer { .. } | CancelReason::Disconnect) => return None,
+            Some(
+                CancelReason::Peer { .. } | CancelReason::Group { .. } | CancelReason::Disconnect,
+            ) => return None,
             None if !answered => return None,
             reason => reason,
         };

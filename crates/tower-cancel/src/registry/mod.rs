@@ -36,6 +36,7 @@
 mod early;
 mod error;
 mod finished;
+mod groups;
 mod hasher;
 mod in_flight;
 mod turn;
@@ -61,6 +62,7 @@ use crate::{
 use early::{EarlyCancels, Remembered};
 pub use error::DuplicateId;
 use finished::{Ended, FinishedRequests};
+use groups::Groups;
 use in_flight::InFlight;
 use turn::{YieldOnce, CLOSE_BATCH};
 
@@ -97,6 +99,8 @@ struct Tables {
     finished: Option<FinishedRequests>,
     // Set when the whole scope stops taking work: new requests start out cancelled with it.
     refusing: Option<CancelReason>,
+    // The group index, made on the first grouped request: a scope that never groups pays nothing for it.
+    groups: Option<Groups>,
     // Counted under the lock every request takes anyway to enter and leave the table: atomics beside it would
     // cost each request two more read-modify-writes.
     ends: Ends,
@@ -139,6 +143,8 @@ pub struct Stats {
     pub remembered_bytes: usize,
     /// Finished requests remembered now (only with [`Registry::remember_finished`]).
     pub finished: usize,
+    /// Groups with a request in flight now (see [`Registry::cancel_group`]).
+    pub groups: usize,
     /// Bytes the remembered finished requests hold now.
     pub finished_bytes: usize,
 }
@@ -181,6 +187,7 @@ impl Registry {
                     early: EarlyCancels::new(capacity, bytes),
                     finished: None,
                     refusing: None,
+                    groups: None,
                     ends: Ends::default(),
                 }),
                 counters: Counters::default(),
@@ -398,8 +405,9 @@ impl Registry {
 
     /// The counters, and the table sizes now.
     pub fn stats(&self) -> Stats {
-        let (in_flight, remembered, remembered_bytes, finished, finished_bytes, ends) = {
+        let (in_flight, remembered, remembered_bytes, finished, finished_bytes, ends, groups) = {
             let tables = self.lock();
+            let groups = tables.groups.as_ref().map_or(0, Groups::len);
             let (finished, finished_bytes) = tables
                 .finished
                 .as_ref()
@@ -415,6 +423,7 @@ impl Registry {
                     tables.ends.completed,
                     tables.ends.cancelled,
                 ),
+                groups,
             )
         };
         let c = &self.inner.counters;
@@ -430,6 +439,7 @@ impl Registry {
             remembered_bytes,
             finished,
             finished_bytes,
+            groups,
         }
     }
 
@@ -439,15 +449,30 @@ impl Registry {
     ///
     /// `refusing` is read under the tables' lock: a close on another thread sets it before it takes the lock to
     /// cancel what the table holds, so a request either is in the table by then (and cancelled) or sees it here.
+    #[cfg(test)]
     pub(crate) fn insert(
         &self,
         lifecycle: &Arc<Lifecycle>,
         refusing: &OnceLock<CancelReason>,
     ) -> Result<(), DuplicateId> {
+        self.insert_grouped(lifecycle, refusing, None)
+    }
+
+    /// As [`insert`](Self::insert), and put the request in group `group` of its connection (under the same
+    /// lock, so a group cancel sees it in the table and in its group, or in neither).
+    pub(crate) fn insert_grouped(
+        &self,
+        lifecycle: &Arc<Lifecycle>,
+        refusing: &OnceLock<CancelReason>,
+        group: Option<Id>,
+    ) -> Result<(), DuplicateId> {
         let early_reason = {
             let mut tables = self.lock();
             let id = lifecycle.id();
             tables.in_flight.insert(lifecycle)?;
+            if let Some(key) = group {
+                tables.join_group(lifecycle, key);
+            }
             if lifecycle.is_cancellable() {
                 tables.ends.registered += 1;
             }
@@ -470,10 +495,55 @@ impl Registry {
         Ok(())
     }
 
+    /// Put `lifecycle`, a request already registered, in group `key` of its connection too (a request may be in
+    /// several): a later [`cancel_group`](Self::cancel_group) of that key cancels it. Does nothing if the request
+    /// already left the registry.
+    // Used by the LSP progress binding (a handler's `window/workDoneProgress/create`).
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn bind_group(&self, lifecycle: &Arc<Lifecycle>, key: Id) {
+        let mut tables = self.lock();
+        let registered = tables
+            .in_flight
+            .matching(lifecycle.conn(), lifecycle.id())
+            .any(|entry| Arc::ptr_eq(entry, lifecycle));
+        if registered {
+            tables.join_group(lifecycle, key);
+        }
+    }
+
+    /// Cancel every request in flight in group `key`, of every connection of the scope, with `reason`. Returns
+    /// how many this call cancelled. Nothing is remembered: a group with nothing in flight stays as it is, and a
+    /// request grouped under `key` later runs. Not published to other replicas (a group is a connection's).
+    ///
+    /// A peer's group cancel reaches its own connection's group only: see
+    /// [`Connection::cancel_group`](crate::scope::Connection::cancel_group).
+    pub fn cancel_group(&self, key: &Id, reason: CancelReason) -> usize {
+        self.cancel_group_in(WHOLE_SCOPE, key, reason)
+    }
+
+    /// Cancel the requests in group `key` of connection `conn` (of every connection, for [`WHOLE_SCOPE`]).
+    pub(crate) fn cancel_group_in(&self, conn: u64, key: &Id, reason: CancelReason) -> usize {
+        let members = match &self.lock().groups {
+            Some(groups) => groups.members(conn, key),
+            None => return 0,
+        };
+        // Cancel outside the lock, as `cancel_in` does: a settled request takes it again to leave.
+        members
+            .iter()
+            .filter(|lifecycle| lifecycle.cancel(reason.clone()))
+            .count()
+    }
+
     /// Take a request out of the table and count its outcome.
     pub(crate) fn remove(&self, lifecycle: &Arc<Lifecycle>) {
         let mut tables = self.lock();
         let removed = tables.in_flight.remove(lifecycle);
+        if lifecycle.is_grouped() {
+            if let Some(groups) = &mut tables.groups {
+                groups.leave(lifecycle);
+            }
+            lifecycle.set_grouped(false);
+        }
         if !lifecycle.is_cancellable() {
             return;
         }
@@ -496,6 +566,15 @@ impl Registry {
             .tables
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl Tables {
+    fn join_group(&mut self, lifecycle: &Arc<Lifecycle>, key: Id) {
+        self.groups
+            .get_or_insert_with(Groups::new)
+            .join(lifecycle, key);
+        lifecycle.set_grouped(true);
     }
 }
 
@@ -790,6 +869,100 @@ mod tests {
         assert_eq!(
             (stats.registered, stats.completed, stats.in_flight),
             (0, 0, 0)
+        );
+    }
+
+    fn insert_in(registry: &Registry, lifecycle: &Arc<Lifecycle>, group: &str) {
+        registry
+            .insert_grouped(lifecycle, &OnceLock::new(), Some(Id::from(group)))
+            .unwrap();
+    }
+
+    #[test]
+    fn a_group_cancel_reaches_its_connections_group_only_and_is_not_remembered() {
+        let registry = Registry::new();
+        let (prompt, sleep, other_session, other_conn, ungrouped) = (
+            entry(1, 1),
+            entry(2, 1),
+            entry(3, 1),
+            entry(1, 2),
+            entry(4, 1),
+        );
+        insert_in(&registry, &prompt, "a");
+        insert_in(&registry, &sleep, "a");
+        insert_in(&registry, &other_session, "b");
+        insert_in(&registry, &other_conn, "a");
+        insert(&registry, &ungrouped);
+        assert_eq!(registry.stats().groups, 3);
+
+        let group = CancelReason::Group { key: "a".into() };
+        assert_eq!(registry.cancel_group_in(1, &"a".into(), group.clone()), 2);
+        assert!(prompt.reason() == Some(&group) && sleep.reason() == Some(&group));
+        assert!(
+            !other_session.is_cancelled()
+                && !other_conn.is_cancelled()
+                && !ungrouped.is_cancelled()
+        );
+        assert_eq!(
+            registry.cancel_group_in(1, &"a".into(), group.clone()),
+            0,
+            "settled already"
+        );
+        assert_eq!(
+            registry.cancel_group_in(1, &"none".into(), group.clone()),
+            0
+        );
+        assert_eq!(
+            registry.stats().remembered,
+            0,
+            "a group cancel is never remembered"
+        );
+
+        for done in [&prompt, &sleep, &ungrouped, &other_session] {
+            registry.remove(done);
+        }
+        assert_eq!(registry.stats().groups, 1, "emptied groups leave the index");
+        assert_eq!(
+            registry.cancel_group(&"a".into(), group),
+            1,
+            "the whole scope's: every connection's group"
+        );
+        registry.remove(&other_conn);
+        let stats = registry.stats();
+        assert_eq!((stats.in_flight, stats.groups), (0, 0));
+
+        // A request grouped after the cancel runs.
+        let later = entry(5, 1);
+        insert_in(&registry, &later, "a");
+        assert!(!later.is_cancelled());
+        registry.remove(&later);
+        assert_eq!(registry.stats().groups, 0);
+    }
+
+    #[test]
+    fn a_request_bound_to_groups_leaves_them_all_and_a_gone_one_is_not_bound() {
+        let registry = Registry::new();
+        let request = entry(1, 1);
+        insert(&registry, &request);
+        registry.bind_group(&request, Id::from("token-1"));
+        registry.bind_group(&request, Id::from("token-2"));
+        assert_eq!(registry.stats().groups, 2);
+        assert_eq!(
+            registry.cancel_group_in(1, &"token-2".into(), CancelReason::peer(None)),
+            1
+        );
+        assert_eq!(request.reason(), Some(&CancelReason::peer(None)));
+        registry.remove(&request);
+        assert_eq!(registry.stats().groups, 0);
+        registry.bind_group(&request, Id::from("token-3"));
+        assert_eq!(
+            registry.stats().groups,
+            0,
+            "a request out of the registry joins nothing"
+        );
+        assert_eq!(
+            Registry::new().cancel_group(&"x".into(), CancelReason::peer(None)),
+            0
         );
     }
 }

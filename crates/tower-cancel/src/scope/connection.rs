@@ -99,6 +99,16 @@ impl Connection {
         self.inner.scope.cancel_in(self.inner.cancels, id, reason)
     }
 
+    /// A peer's group cancel (ACP's `session/cancel`): cancel the requests in flight in group `key` of this
+    /// connection (of the whole scope, on an [exchange](Scope::connect_exchange)) with `reason`. Returns how many
+    /// this call cancelled. Nothing is remembered for a group with nothing in flight.
+    pub fn cancel_group(&self, key: &Id, reason: CancelReason) -> usize {
+        self.inner
+            .scope
+            .registry()
+            .cancel_group_in(self.inner.cancels, key, reason)
+    }
+
     /// A peer's cancel message that its dialect answers (ABP's `capabilities/cancel`): cancel this connection's
     /// request `id` (the scope's, on an [exchange](Scope::connect_exchange)) and say what the cancel did, as the request's
     /// lifecycle decided it, atomically with the race against its completion (see [`CancelAck`]). An id not in
@@ -198,9 +208,15 @@ impl Connection {
         self.registry().contains_in(self.inner.cancels, id)
     }
 
-    /// Put a request in the scope's registry, tagged with this connection.
-    pub(crate) fn register(&self, lifecycle: Arc<Lifecycle>) -> Result<Registration, DuplicateId> {
-        self.registry().insert(&lifecycle, &self.inner.refusing)?;
+    /// Put a request in the scope's registry, tagged with this connection, and in group `group` of this
+    /// connection if it has one.
+    pub(crate) fn register(
+        &self,
+        lifecycle: Arc<Lifecycle>,
+        group: Option<Id>,
+    ) -> Result<Registration, DuplicateId> {
+        self.registry()
+            .insert_grouped(&lifecycle, &self.inner.refusing, group)?;
         if lifecycle.is_cancellable() {
             self.inner.in_flight.fetch_add(1, Ordering::AcqRel);
         }

@@ -173,6 +173,12 @@ impl Scope {
         self.cancel_in(WHOLE_SCOPE, id, reason)
     }
 
+    /// Cancel the requests in flight in group `key` (an ACP session's turn) of every connection of the scope.
+    /// Returns how many this call cancelled; see [`Registry::cancel_group`]. Not published to other replicas.
+    pub fn cancel_group(&self, key: &Id, reason: CancelReason) -> usize {
+        self.registry.cancel_group(key, reason)
+    }
+
     /// Cancel the request `id` of connection `conn` (of any, for [`WHOLE_SCOPE`]); a whole-scope cancel that
     /// finds nothing in flight is published when the scope is attached to a replica. A connection's own ids never
     /// are: no other replica can hold them.
