@@ -4,12 +4,13 @@
 //!
 //! Each long handler moves its work onto the connection (`cx.spawn`) and watches its request's
 //! `RequestCancellation` (`run_until_cancelled`), as the SDK asks: the SDK reads a cancel only between handlers.
+//! `session/cancel` is the stack's (`acp_agent_sdk` groups requests by `sessionId`): it answers the session's
+//! prompt `{"stopReason":"cancelled"}` and its sleeps -32800, and the bridge fires their `RequestCancellation`.
 
 use std::{
-    collections::HashMap,
     sync::{
         atomic::{AtomicU64, Ordering},
-        Arc, Mutex,
+        Arc,
     },
     time::Duration,
 };
@@ -28,7 +29,6 @@ use agent_client_protocol::{
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use tokio_util::sync::CancellationToken;
 
 use crate::{InFlight, SleepStats};
 
@@ -39,7 +39,7 @@ use crate::{InFlight, SleepStats};
 #[serde(transparent)]
 pub struct Initialize(Value);
 
-/// `_demo/sleep {"ms"}`.
+/// `_demo/sleep {"ms", "sessionId"?}` (the stack reads the session; the handler needs only `ms`).
 #[derive(Debug, Clone, Serialize, Deserialize, JsonRpcRequest)]
 #[request(method = "_demo/sleep", response = Answer)]
 pub struct DemoSleep {
@@ -63,8 +63,6 @@ pub struct SdkAgent {
     in_flight: InFlight,
     prompt_ms: u64,
     next_session: Arc<AtomicU64>,
-    /// The `session/cancel` switch of each session's running prompt.
-    prompts: Arc<Mutex<HashMap<String, CancellationToken>>>,
 }
 
 impl SdkAgent {
@@ -83,8 +81,7 @@ impl SdkAgent {
 
     /// The agent: the SDK's builder with a handler for each method.
     pub fn build(&self) -> impl ConnectTo<Client> {
-        let (prompt, cancel, sleep, stats) =
-            (self.clone(), self.clone(), self.clone(), self.clone());
+        let (prompt, sleep, stats) = (self.clone(), self.clone(), self.clone());
         let sessions = self.next_session.clone();
         Agent
             .v1()
@@ -125,13 +122,9 @@ impl SdkAgent {
                 on_receive_request!(),
             )
             .on_receive_notification(
-                async move |notification: CancelNotification, _: ConnectionTo<Client>| {
-                    let prompts = cancel.prompts.lock().unwrap();
-                    if let Some(token) = prompts.get(&notification.session_id.to_string()) {
-                        token.cancel();
-                    }
-                    Ok(())
-                },
+                // The stack ended the session's turn already (it groups requests by `sessionId`), and the
+                // bridge fired the cancelled handlers' `RequestCancellation`.
+                async move |_: CancelNotification, _: ConnectionTo<Client>| Ok(()),
                 on_receive_notification!(),
             )
             .on_receive_request(
@@ -158,38 +151,24 @@ impl SdkAgent {
             )
     }
 
-    /// A prompt turn: ask the client's permission, then work. `session/cancel` ends it with `cancelled`; a cancel of
-    /// the request drops this future, and with it the permission request (the SDK sends its `$/cancel_request`).
+    /// A prompt turn: ask the client's permission, then work. A cancel of the request or of its session (the
+    /// stack's: it answers the client, then fires the `RequestCancellation`) drops this future, and with it the
+    /// permission request (the SDK sends its `$/cancel_request`).
     async fn prompt(
         &self,
         request: PromptRequest,
         cx: ConnectionTo<Client>,
     ) -> Result<PromptResponse, Error> {
         let session_id = request.session_id.to_string();
-        let token = CancellationToken::new();
-        self.prompts
-            .lock()
-            .unwrap()
-            .insert(session_id.clone(), token.clone());
-        let _entry = PromptEntry {
-            prompts: self.prompts.clone(),
-            session_id: session_id.clone(),
-        };
         let run = self.stats.start();
-        let work = async {
-            let permission = cx.send_request(permission_request(&session_id));
-            match permission.block_task().await {
-                Ok(answer) => tracing::info!(outcome = ?answer.outcome, "permission answered"),
-                Err(error) => tracing::info!(%error, "permission request failed; working on"),
-            }
-            tokio::time::sleep(Duration::from_millis(self.prompt_ms)).await;
-        };
-        let stop_reason = tokio::select! {
-            () = work => StopReason::EndTurn,
-            () = token.cancelled() => StopReason::Cancelled,
-        };
+        let permission = cx.send_request(permission_request(&session_id));
+        match permission.block_task().await {
+            Ok(answer) => tracing::info!(outcome = ?answer.outcome, "permission answered"),
+            Err(error) => tracing::info!(%error, "permission request failed; working on"),
+        }
+        tokio::time::sleep(Duration::from_millis(self.prompt_ms)).await;
         run.finish();
-        Ok(PromptResponse::new(stop_reason))
+        Ok(PromptResponse::new(StopReason::EndTurn))
     }
 }
 
@@ -207,16 +186,4 @@ fn permission_request(session_id: &str) -> RequestPermissionRequest {
             PermissionOption::new("reject", "Reject", PermissionOptionKind::RejectOnce),
         ],
     )
-}
-
-/// Removes the session's switch on every path, the prompt being cancelled (its future dropped) included.
-struct PromptEntry {
-    prompts: Arc<Mutex<HashMap<String, CancellationToken>>>,
-    session_id: String,
-}
-
-impl Drop for PromptEntry {
-    fn drop(&mut self) {
-        self.prompts.lock().unwrap().remove(&self.session_id);
-    }
 }

@@ -51,6 +51,17 @@ function connectAgent(args = []) {
   return { server, connection, agent: connection.agent, sent, received };
 }
 
+/** Polls `_demo/stats` until `predicate` holds of it (a hang guard, not a timing); gives the stats. */
+async function waitForStats(h, predicate, msg) {
+  const deadline = Date.now() + 5000;
+  for (;;) {
+    const stats = await h.agent.request("_demo/stats", {});
+    if (predicate(stats)) return stats;
+    if (Date.now() >= deadline) throw new Error(`${msg}: ${JSON.stringify(stats)}`);
+    await sleep(20);
+  }
+}
+
 /** The id the SDK gave to the (first) request with this method and matching params. */
 function requestIdOf(recorder, method, pred = () => true) {
   const m = recorder.messages.find((x) => x.method === method && "id" in x && pred(x.params));
@@ -189,6 +200,69 @@ describe("acp_agent via @agentclientprotocol/sdk (current dialect, $/cancel_requ
     assert.equal(res.stopReason, "cancelled");
     const elapsedMs = Date.now() - started;
     assert.ok(elapsedMs < 2000, `session/cancel took ${elapsedMs} ms to end the prompt (prompt runs 3000 ms)`);
+  });
+
+  it("session/cancel ends the prompt, stops the session's _demo/sleep calls, and another session's sleep runs on", async () => {
+    const other = (await h.agent.request(acp.methods.agent.session.new, { cwd: process.cwd(), mcpServers: [] }))
+      .sessionId;
+    assert.notEqual(other, sessionId);
+    const before = await h.agent.request("_demo/stats", {});
+    const started = Date.now();
+    const prompt = h.agent.request(acp.methods.agent.session.prompt, {
+      sessionId,
+      prompt: [{ type: "text", text: "stop everything" }],
+    });
+    const sleeps = [10001, 10002].map((ms) => h.agent.request("_demo/sleep", { ms, sessionId }));
+    const otherSleep = h.agent.request("_demo/sleep", { ms: 1500, sessionId: other });
+    // The prompt and the three sleeps are running.
+    await waitForStats(h, (s) => s.started === before.started + 4, "the prompt and the sleeps did not start");
+
+    // The SDK's session cancel: a notification, `session/cancel {sessionId}`.
+    await h.agent.notify(acp.methods.agent.session.cancel, { sessionId });
+    const res = await withTimeout(prompt, 5000, "session/prompt did not end after session/cancel");
+    assert.equal(res.stopReason, "cancelled");
+    for (const pending of sleeps) {
+      const { error, elapsedMs } = await withTimeout(
+        expectRejection(pending, started, "_demo/sleep of the cancelled session"),
+        5000,
+        "a _demo/sleep of the cancelled session was not answered",
+      );
+      assert.ok(error instanceof acp.RequestError, `expected a RequestError, got ${error}`);
+      assert.equal(error.code, REQUEST_CANCELLED);
+      assert.equal(error.message, "Request cancelled");
+      assert.ok(elapsedMs < 5000, `the sleep took ${elapsedMs} ms to be answered (it sleeps 10 s)`);
+    }
+    // On the wire: exactly one answer each, and no request cancel was sent for them (the session's was enough).
+    for (const ms of [10001, 10002]) {
+      const id = requestIdOf(h.sent, "_demo/sleep", (p) => p?.ms === ms);
+      const replies = h.received.messages.filter((m) => m.id === id);
+      assert.equal(replies.length, 1, `replies for id ${id}: ${JSON.stringify(replies)}`);
+      assert.equal(replies[0].error?.code, REQUEST_CANCELLED);
+      assert.ok(
+        !h.sent.messages.some((m) => m.method === "$/cancel_request" && m.params?.requestId === id),
+        `the client sent a request cancel for ${id}`,
+      );
+    }
+
+    // The other session's sleep runs on to its end.
+    assert.deepEqual(await withTimeout(otherSleep, 5000, "the other session's _demo/sleep hung"), { slept: 1500 });
+    // The prompt and both sleeps stopped (their handlers dropped), the other sleep completed, nothing in flight.
+    const after = await waitForStats(
+      h,
+      (s) => s.cancelled === before.cancelled + 3 && s.inFlight === 0,
+      "the cancelled handlers did not stop",
+    );
+    assert.equal(after.completed, before.completed + 1, `before ${JSON.stringify(before)} after ${JSON.stringify(after)}`);
+  });
+
+  it("a session/cancel with nothing in flight is forgotten: the next prompt runs", async () => {
+    await h.agent.notify(acp.methods.agent.session.cancel, { sessionId });
+    const res = await withTimeout(
+      h.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text: "again" }] }),
+      8000,
+      "the prompt after a stray session/cancel did not end",
+    );
+    assert.equal(res.stopReason, "end_turn");
   });
 
   it("a normal _demo/sleep resolves with {slept}", async () => {

@@ -30,6 +30,8 @@
 //! | `panic` | panics |
 //! | `deadline` | answers `{"deadline_ms": n}`: the milliseconds from now to its context's deadline (`null` if none) |
 //! | `progress` | `params.steps` times (default 3): sleeps `params.every` ms, then reports progress `step` of `steps` with the message `"step <step>"` through [`Request::progress`]; if the request carried no progress token and `params.touch` is `true` it calls [`RequestContext::touch`] instead; drops its progress handle, then answers `{"token": <the handle's token or null>, "reports": <reports sent>}` |
+//! | `session/prompt` | an ACP prompt turn: sleeps `params.ms` milliseconds (0 if absent), answers `{"stopReason":"end_turn"}` |
+//! | `group` | answers `{"group": <its context's group, or null>}` ([`RequestContext::group`]) |
 //! | `call` | sends the request `params.method` (with `params.params`) to the other side through its request's [`Peer`](Request::peer) (see [`Probe::nested`]) and answers how that call ended (see below) |
 //! | anything else | never answers if `params.hang` is `true` (a hanging request of any method), else -32601 |
 //!
@@ -259,6 +261,11 @@ impl Probe {
                     .unwrap_or_else(|| json!({ "capabilities": {} })))
             }
             "echo" => Ok(params),
+            "session/prompt" => {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                Ok(json!({ "stopReason": "end_turn" }))
+            }
+            "group" => Ok(json!({ "group": ctx.as_ref().and_then(RequestContext::group) })),
             "sleep" => {
                 tokio::time::sleep(Duration::from_millis(ms)).await;
                 Ok(json!({ "slept": ms }))
@@ -874,6 +881,11 @@ impl Conn {
             self.registry
         );
         assert_eq!(self.registry.stats().in_flight, 0);
+        assert_eq!(
+            self.registry.stats().groups,
+            0,
+            "the group index is empty too"
+        );
     }
 }
 

@@ -25,7 +25,8 @@ type NestedCall =
 pub(crate) async fn call(router: Arc<Router>, req: Request) -> Result<Value, ErrorObject> {
     router.offer_fallback(req.connection().and_then(|c| c.peer()));
     if req.is_notification() {
-        // A cancel is the stack's to take; anything else (`session/cancel` above all) is the agent's.
+        // A cancel is the stack's to take; anything else is the agent's (`session/cancel` too, which a stack that
+        // groups by session has acted on already).
         if req.method() != Acp::CANCEL_METHOD {
             if let Some(frame) = wire::notification(&req) {
                 router.send(frame);

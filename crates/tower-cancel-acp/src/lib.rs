@@ -46,8 +46,10 @@
 //!   `$/cancel_request` for it, as with [`CascadeLayer`](tower_cancel::CascadeLayer), and the agent gets it
 //!   answered -32800. When the agent withdraws it (it dropped the `SentRequest`, the SDK sends `$/cancel_request`),
 //!   it is cancelled on the wire too.
-//! - `session/cancel` is ACP's own feature-level cancel and stays the agent's: the notification reaches its
-//!   handler, and the prompt answers `{"stopReason":"cancelled"}` as the agent decides.
+//! - `session/cancel` is ACP's turn cancel. Under `CancelStack::acp().group_by_param("sessionId")` the stack ends
+//!   the session's requests (the prompt answers `{"stopReason":"cancelled"}`, the others -32800) and the SDK is
+//!   sent `$/cancel_request` for each, like any cancel the stack decides; the notification reaches the agent's
+//!   handler all the same. Without the setting it is the agent's alone: the prompt answers as the agent decides.
 //! - The agent's notifications (`session/update`) go out on the connection, in the order the SDK sent them.
 //! - A handler's panic unwinds the SDK's whole connection (the SDK catches none): the request whose responder
 //!   dropped is answered by the SDK itself, every other request it was working on -32603 `agent stopped: a

@@ -8,23 +8,21 @@
 //!
 //! `session/prompt` first asks the client `session/request_permission` (through the request's child peer, so the
 //! permission request is cancelled with the prompt), then works for `--prompt-ms` milliseconds (default 3000).
-//! Two ways end it early: the feature-level `session/cancel {sessionId}` (the application's business: the prompt
-//! answers `{"stopReason":"cancelled"}`) and the protocol-level request cancel (the stack's business: -32800, and
-//! the client is sent `$/cancel_request` for the pending permission request). `_demo/sleep` and `_demo/stats` as
-//! in the LSP example.
+//! Two ways end it early, both the stack's business: the turn cancel `session/cancel {sessionId}` (the stack groups
+//! requests by their `sessionId`: the prompt answers `{"stopReason":"cancelled"}`, the session's `_demo/sleep`
+//! calls -32800) and the request cancel (-32800). Either way the client is sent `$/cancel_request` for the pending
+//! permission request. `_demo/sleep {"ms", "sessionId"?}` and `_demo/stats` as in the LSP example.
 
 use std::{
-    collections::HashMap,
     sync::{
         atomic::{AtomicU64, Ordering},
-        Arc, Mutex,
+        Arc,
     },
     time::Duration,
 };
 
 use examples::SleepStats;
 use serde_json::{json, Value};
-use tokio_util::sync::CancellationToken;
 use tower::service_fn;
 use tower_cancel::{
     dialect::{Acp, AcpDraft, Dialect},
@@ -38,8 +36,6 @@ struct Agent {
     draft: bool,
     prompt_ms: u64,
     next_session: Arc<AtomicU64>,
-    // The `session/cancel` switch of each session's running prompt.
-    prompts: Arc<Mutex<HashMap<String, CancellationToken>>>,
 }
 
 #[derive(serde::Deserialize)]
@@ -70,13 +66,8 @@ impl Agent {
                 Ok(json!({ "sessionId": format!("sess-{n}") }))
             }
             "session/prompt" => self.prompt(&req, req.params_as()?).await,
-            "session/cancel" => {
-                let SessionParams { session_id } = req.params_as()?;
-                if let Some(token) = self.prompts.lock().unwrap().get(&session_id) {
-                    token.cancel();
-                }
-                Ok(Value::Null)
-            }
+            // The stack cancelled the session's requests already (it groups them by `sessionId`).
+            "session/cancel" => Ok(Value::Null),
             "_demo/sleep" => Ok(examples::sleep(&self.stats, req.params_as()?).await),
             "_demo/stats" => Ok(self.stats.to_json(&req)),
             _ if req.is_notification() => Ok(Value::Null),
@@ -89,30 +80,15 @@ impl Agent {
         req: &Request,
         SessionParams { session_id }: SessionParams,
     ) -> Result<Value, ErrorObject> {
-        let token = CancellationToken::new();
-        self.prompts
-            .lock()
-            .unwrap()
-            .insert(session_id.clone(), token.clone());
-        // Removed on every path, the request being cancelled (this future dropped) included.
-        let entry = PromptEntry {
-            prompts: self.prompts.clone(),
-            session_id,
-        };
+        // A `session/cancel` of this session drops this future (and the permission request with it); the stack
+        // answers the prompt `{"stopReason":"cancelled"}`.
         let run = self.stats.start();
-        let client = req.peer();
-        let work = async {
-            if let Some(client) = client {
-                ask_permission(&client, &entry.session_id).await;
-            }
-            tokio::time::sleep(Duration::from_millis(self.prompt_ms)).await;
-        };
-        let stop_reason = tokio::select! {
-            () = work => "end_turn",
-            () = token.cancelled() => "cancelled",
-        };
+        if let Some(client) = req.peer() {
+            ask_permission(&client, &session_id).await;
+        }
+        tokio::time::sleep(Duration::from_millis(self.prompt_ms)).await;
         run.finish();
-        Ok(json!({ "stopReason": stop_reason }))
+        Ok(json!({ "stopReason": "end_turn" }))
     }
 }
 
@@ -138,19 +114,11 @@ async fn ask_permission(client: &Peer, session_id: &str) {
     }
 }
 
-struct PromptEntry {
-    prompts: Arc<Mutex<HashMap<String, CancellationToken>>>,
-    session_id: String,
-}
-
-impl Drop for PromptEntry {
-    fn drop(&mut self) {
-        self.prompts.lock().unwrap().remove(&self.session_id);
-    }
-}
-
 async fn serve<D: Dialect + Clone>(dialect: D, agent: Agent) -> std::io::Result<()> {
-    let stack = CancelStack::new(dialect).timeouts(examples::timeouts_from_args());
+    // Requests are grouped by their `sessionId`, so that `session/cancel` ends the session's turn.
+    let stack = CancelStack::new(dialect)
+        .timeouts(examples::timeouts_from_args())
+        .group_by_param("sessionId");
     // The agent calls its client too (session/request_permission): `with_stack` gives the connection a peer that
     // speaks the stack's dialect.
     let handler = service_fn(move |req| agent.clone().handle(req));

@@ -9,7 +9,8 @@
 //!
 //! A cancelled request (the client's `$/cancel_request`, `--timeout-ms`, the end of input) is answered -32800 by
 //! the stack, its handler's `RequestCancellation` fires, and a permission request it left pending is cancelled on
-//! the wire. `session/cancel` stays the agent's: the prompt answers `{"stopReason":"cancelled"}`.
+//! the wire. `session/cancel` is the stack's too (grouped by `sessionId`): the prompt answers
+//! `{"stopReason":"cancelled"}`, the session's `_demo/sleep` calls -32800.
 
 use examples::acp_sdk::SdkAgent;
 use tower_cancel::CancelStack;
@@ -20,7 +21,11 @@ use tower_cancel_io::{Framing, Server};
 async fn main() -> std::io::Result<()> {
     examples::init_tracing();
     let agent = SdkAgent::new(examples::number_arg("--prompt-ms", 3000));
-    let stack = CancelStack::acp().timeouts(examples::timeouts_from_args());
+    // Grouped by `sessionId`: `session/cancel` ends the session's turn in the stack, as in `acp_agent` (the SDK's own
+    // `session/cancel` handler still gets the notification).
+    let stack = CancelStack::acp()
+        .timeouts(examples::timeouts_from_args())
+        .group_by_param("sessionId");
     let service = AcpService::new({
         let agent = agent.clone();
         move || agent.build()
