@@ -188,8 +188,8 @@ async fn a_request_to_the_client_is_answered_through_the_bridge() {
     assert_empty(&acp, &registry);
 }
 
-/// `session/cancel` is ACP's own, feature-level cancel: a notification for the agent, whose prompt answers
-/// `cancelled`; the permission request the agent withdraws is cancelled on the wire.
+/// Under a stack that does not group requests by session, `session/cancel` is the agent's alone: a notification
+/// for it, whose prompt answers `cancelled`; the permission request the agent withdraws is cancelled on the wire.
 #[tokio::test]
 async fn session_cancel_ends_the_prompt_with_stop_reason_cancelled() {
     let mut client = TestClient::connect().await;

@@ -69,6 +69,10 @@ pub const STACK_EXCHANGE: usize = 12;
 pub const STACK_EXCHANGE_REPLICA: usize = 13;
 /// The index of the bare service over requests with a string id and 4 KiB params.
 pub const BARE_STRING_ID: usize = 14;
+/// The index of the ACP stack over `session/prompt` requests, not grouped.
+pub const STACK_ACP_PROMPT: usize = 16;
+/// The index of the same, grouped by `sessionId` at admission.
+pub const STACK_ACP_PROMPT_GROUPED: usize = 17;
 
 /// The variants measured: the request alone, then for each shape its bare service followed by the layers or stacks
 /// over it.
@@ -175,7 +179,37 @@ pub fn variants() -> Vec<Variant> {
                 request_string_id_4k,
             ),
         ),
+        with(
+            "CancelStack::acp(), session/prompt requests",
+            Some(BARE),
+            call(CancelStack::acp().layer(service_fn(trivial)), acp_prompt),
+        ),
+        with(
+            "CancelStack::acp().group_by_param(\"sessionId\"), session/prompt requests",
+            Some(BARE),
+            call(
+                CancelStack::acp()
+                    .group_by_param("sessionId")
+                    .layer(service_fn(trivial)),
+                acp_prompt,
+            ),
+        ),
     ]
+}
+
+/// An ACP `session/prompt` as the SDK sends it: its session id after a short prompt, so that grouping reads past
+/// the prompt to find it.
+pub fn acp_prompt(id: i64) -> Request {
+    let params = RawValue::from_string(
+        r#"{"prompt":[{"type":"text","text":"Summarize the open file in three sentences."}],"sessionId":"sess-1"}"#
+            .to_owned(),
+    )
+    .expect("valid JSON");
+    Request::from_parts(
+        Some(Id::Number(id)),
+        "session/prompt".to_owned(),
+        Some(params),
+    )
 }
 
 /// A request as the driver makes it from a frame: `bench/work` with small params.
