@@ -22,6 +22,8 @@
 //! }
 //! ```
 
+mod created;
+
 use std::{fmt, sync::Arc};
 
 use serde_json::Value;
@@ -46,20 +48,30 @@ pub struct Progress {
     outbox: Outbox,
     format: Arc<dyn Dialect>,
     reported: std::sync::atomic::AtomicBool,
+    // A token this side created (`Request::create_progress`): the peer may cancel the request by it.
+    cancellable: bool,
 }
 
 impl Progress {
     fn new(request: &Request) -> Option<Self> {
         let context = request.context()?;
+        let format = context.progress_format()?;
+        let token = format.progress_token(request, request.extensions())?;
+        Self::with_token(request, token, false)
+    }
+
+    /// Progress of `request` under `token`; `cancellable` for a token this side created.
+    fn with_token(request: &Request, token: Value, cancellable: bool) -> Option<Self> {
+        let context = request.context()?;
         let format = context.progress_format()?.clone();
         let outbox = request.connection()?.outbox().clone();
-        let token = format.progress_token(request, request.extensions())?;
         Some(Self {
             token,
             context: context.clone(),
             outbox,
             format,
             reported: Default::default(),
+            cancellable,
         })
     }
 
@@ -82,6 +94,7 @@ impl Progress {
         let event = ProgressEvent::Report {
             first,
             update: &update,
+            cancellable: self.cancellable,
         };
         match self.format.progress_notification(&self.token, event) {
             // Dropped, not queued, when the peer is not reading (see `Outbox::send_if_room`).

@@ -143,6 +143,21 @@ pub trait Dialect: Send + Sync + 'static {
         false
     }
 
+    /// The progress token a request this side sends creates, if it is the dialect's request for that (LSP's
+    /// `window/workDoneProgress/create {token}`). A handler's child [`Peer`](crate::Peer) binds the token to the
+    /// handler's request before it writes the request, so that the peer's cancel of the token
+    /// (`window/workDoneProgress/cancel`) finds it.
+    fn progress_created(&self, _outgoing: &WireRequest) -> Option<Id> {
+        None
+    }
+
+    /// The method and params of the request that asks the peer to accept a progress token this side made
+    /// (LSP's `window/workDoneProgress/create {token}`), if the dialect has one
+    /// ([`Request::create_progress`](crate::Request::create_progress)).
+    fn create_progress(&self, _token: &Id) -> Option<(&'static str, Value)> {
+        None
+    }
+
     /// Whether a handler that stops cooperatively may answer with a partial result (LSP and ACP allow it).
     fn allows_partial_result(&self) -> bool {
         true
