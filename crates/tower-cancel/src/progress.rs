@@ -5,6 +5,10 @@
 //! report must never be sent for a request that did not ask for it). Each report also counts as activity for a
 //! [`TimeoutLayer`](crate::timeout::TimeoutLayer) with an idle window: it pushes the request's deadline back.
 //!
+//! Where the protocol lets this side create a token on the peer (LSP's `window/workDoneProgress/create`),
+//! [`Request::create_progress`] does, and gives a [`Progress`] under it; the peer's cancel of that token
+//! (`window/workDoneProgress/cancel`) cancels the request, and its first report says so (`"cancellable": true`).
+//!
 //! # Example
 //!
 //! ```

@@ -23,6 +23,12 @@ use crate::{
 ///
 /// Progress: a request with a `workDoneToken` can report `$/progress` (`begin` on the first report, then
 /// `report`, and `end` when the handler drops its [`Progress`](crate::progress::Progress)).
+///
+/// Server-initiated progress: a handler may create a token on the client (`window/workDoneProgress/create`,
+/// [`Request::create_progress`](crate::Request::create_progress) or its own request through its child peer). The
+/// client's `window/workDoneProgress/cancel {token}` cancels the request that created it, with reason
+/// [`CancelReason::Peer`] (-32800), and is passed on to the service, as is one for an unknown token (which cancels
+/// nothing) or with malformed params.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Lsp;
 

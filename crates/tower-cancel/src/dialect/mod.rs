@@ -6,7 +6,7 @@
 //!
 //! | dialect | cancel message | cancelled request gets |
 //! |---|---|---|
-//! | [`Lsp`] | `$/cancelRequest {id}` | error -32800 |
+//! | [`Lsp`] | `$/cancelRequest {id}`; `window/workDoneProgress/cancel {token}` for the request that created the token | error -32800 |
 //! | [`Acp`] | `$/cancel_request {requestId}` | error -32800 |
 //! | [`AcpDraft`] | `$/cancelRequest {id}`, only after `initialize` and if declared | error -32800 |
 //! | [`Mcp`] | `notifications/cancelled {requestId, reason}` | no reply at all |
