@@ -1,9 +1,10 @@
-//! Shared pieces of the example servers: the sleep handler's counters, the MCP tools, the RAP tool server, the
-//! ABP app, the jsonrpsee server, logging, flags.
+//! Shared pieces of the example servers: the sleep handler's counters, the LSP progress demo, the MCP tools, the
+//! RAP tool server, the ABP app, the jsonrpsee server, logging, flags.
 
 pub mod abp;
 pub mod acp_sdk;
 pub mod jsonrpsee_server;
+pub mod lsp_progress;
 pub mod mcp;
 pub mod mcp_rmcp;
 pub mod rap;

@@ -4,7 +4,8 @@
 import { describe, it, before, after } from "node:test";
 import assert from "node:assert/strict";
 import rpc from "vscode-jsonrpc/node";
-import { spawnServer, sleep, withTimeout, expectRejection } from "./helpers.mjs";
+import proto from "vscode-languageserver-protocol/node";
+import { spawnServer, sleep, withTimeout, expectRejection, waitFor } from "./helpers.mjs";
 
 const {
   createMessageConnection,
@@ -15,6 +16,10 @@ const {
   ErrorCodes,
 } = rpc;
 
+// The protocol package's WorkDoneProgress support: the progress type, the server's create request and the
+// client's cancel notification, as VS Code's language client uses them.
+const { WorkDoneProgress, WorkDoneProgressCreateRequest, WorkDoneProgressCancelNotification, LSPErrorCodes } = proto;
+
 // LSP's RequestCancelled (LSPErrorCodes.RequestCancelled in vscode-languageserver-protocol).
 const REQUEST_CANCELLED = -32800;
 
@@ -24,6 +29,11 @@ describe("lsp_server via vscode-jsonrpc", () => {
   const sent = []; // every JSON-RPC message the library wrote
   const received = []; // every JSON-RPC message the server wrote
   const connErrors = [];
+  // Server-created progress: every token the server asked to create, in order, and the `$/progress` values each
+  // one got (registered before the create is answered, so that no value is missed).
+  const created = [];
+  const progressOf = new Map();
+  let refuseNextCreate = false;
 
   before(async () => {
     server = spawnServer("lsp_server");
@@ -43,6 +53,17 @@ describe("lsp_server via vscode-jsonrpc", () => {
       });
     conn = createMessageConnection(reader, writer);
     conn.onError((e) => connErrors.push(e));
+    conn.onRequest(WorkDoneProgressCreateRequest.type, ({ token }) => {
+      created.push(token);
+      if (refuseNextCreate) {
+        refuseNextCreate = false;
+        return new ResponseError(ErrorCodes.InternalError, "no progress here");
+      }
+      const values = [];
+      progressOf.set(token, values);
+      conn.onProgress(WorkDoneProgress.type, token, (value) => values.push(value));
+      return null;
+    });
     conn.listen();
   });
 
@@ -55,7 +76,12 @@ describe("lsp_server via vscode-jsonrpc", () => {
 
   it("initialize answers with capabilities and serverInfo", async () => {
     initResult = await withTimeout(
-      conn.sendRequest("initialize", { processId: process.pid, rootUri: null, capabilities: {} }),
+      conn.sendRequest("initialize", {
+        processId: process.pid,
+        rootUri: null,
+        // The client lets the server create progress tokens (window/workDoneProgress/create).
+        capabilities: { window: { workDoneProgress: true } },
+      }),
       5000,
       "initialize got no answer",
     );
@@ -120,6 +146,93 @@ describe("lsp_server via vscode-jsonrpc", () => {
     const stats = await conn.sendRequest("demo/stats", {});
     assert.ok(stats.completed >= 2, `stats: ${JSON.stringify(stats)}`);
     assert.equal(stats.inFlight, 0, `stats: ${JSON.stringify(stats)}`);
+  });
+
+  // The n-th token the server asked to create (0-based), once it has.
+  async function createdToken(n) {
+    await waitFor(() => created.length > n, 5000, "the server sent no window/workDoneProgress/create");
+    return created[n];
+  }
+
+  it("demo/progress creates a token, reports begin, a report per step and end, and answers {steps}", async () => {
+    const before = created.length;
+    const result = await withTimeout(
+      conn.sendRequest("demo/progress", { steps: 3, intervalMs: 50 }),
+      5000,
+      "demo/progress {steps:3} hung",
+    );
+    assert.deepEqual(result, { steps: 3 });
+    const token = await createdToken(before);
+    // The create request as the server wrote it: a string token.
+    const create = received.find((m) => m.method === "window/workDoneProgress/create" && m.params?.token === token);
+    assert.equal(typeof create?.params?.token, "string", `create: ${JSON.stringify(create)}`);
+    assert.deepEqual(Object.keys(create.params), ["token"]);
+    const values = progressOf.get(token);
+    await waitFor(() => values.at(-1)?.kind === "end", 2000, `no end: ${JSON.stringify(values)}`);
+    assert.deepEqual(values, [
+      { kind: "begin", title: "demo/progress", cancellable: true, percentage: 0 },
+      { kind: "report", message: "step 1 of 3", percentage: 33 },
+      { kind: "report", message: "step 2 of 3", percentage: 66 },
+      { kind: "report", message: "step 3 of 3", percentage: 100 },
+      { kind: "end" },
+    ]);
+  });
+
+  it("window/workDoneProgress/cancel of the token stops demo/progress with -32800", async () => {
+    const before = created.length;
+    const started = Date.now();
+    const pending = conn.sendRequest("demo/progress", { steps: 50, intervalMs: 100 });
+    const token = await createdToken(before);
+    const values = progressOf.get(token);
+    await waitFor(() => values.some((v) => v.kind === "report"), 5000, "no report before the cancel");
+    await conn.sendNotification(WorkDoneProgressCancelNotification.type, { token });
+    const { error, elapsedMs } = await withTimeout(
+      expectRejection(pending, started, "demo/progress cancelled by its token"),
+      5000,
+      "the cancelled demo/progress was not answered within 5 s",
+    );
+    assert.ok(error instanceof ResponseError, `expected a ResponseError, got ${error}`);
+    assert.equal(error.code, LSPErrorCodes.RequestCancelled);
+    assert.equal(error.message, "Request cancelled");
+    assert.ok(elapsedMs < 5000 - 100, `the cancel took ${elapsedMs} ms to be answered`);
+
+    // The progress ends: begin, the reports of the steps done, end.
+    await waitFor(() => values.at(-1)?.kind === "end", 2000, `no end: ${JSON.stringify(values)}`);
+    assert.equal(values[0].kind, "begin");
+    assert.ok(values.length < 52, `every step ran: ${values.length} values`);
+    assert.deepEqual(
+      values.slice(1, -1).map((v) => v.kind),
+      values.slice(1, -1).map(() => "report"),
+    );
+    // Exactly one reply, the error; the progress's end comes before it (async-lsp's stand-in sends its `end`
+    // through async-lsp's own main loop, which the reply does not wait for: CONTRACT.md).
+    const req = sent.find((m) => m.method === "demo/progress" && m.params?.steps === 50);
+    const replies = received.filter((m) => m.id === req.id && m.method === undefined);
+    assert.equal(replies.length, 1, `replies for id ${req.id}: ${JSON.stringify(replies)}`);
+    assert.deepEqual(replies[0].error, { code: REQUEST_CANCELLED, message: "Request cancelled" });
+    if (!(process.env.INTEROP_SERVERS ?? "").includes("lsp_server_async_lsp")) {
+      const end = received.findIndex((m) => m.method === "$/progress" && m.params.token === token && m.params.value.kind === "end");
+      assert.ok(end >= 0 && end < received.indexOf(replies[0]), "the end comes before the reply");
+    }
+
+    const stats = await withTimeout(conn.sendRequest("demo/stats", {}), 5000, "demo/stats got no answer");
+    assert.ok(stats.cancelled >= 2, `stats: ${JSON.stringify(stats)}`);
+    assert.equal(stats.inFlight, 0, `stats: ${JSON.stringify(stats)}`);
+  });
+
+  it("a token the client refuses gets no progress, and demo/progress still answers {steps}", async () => {
+    const before = created.length;
+    refuseNextCreate = true;
+    const result = await withTimeout(
+      conn.sendRequest("demo/progress", { steps: 2, intervalMs: 20 }),
+      5000,
+      "demo/progress {steps:2} hung",
+    );
+    assert.deepEqual(result, { steps: 2 });
+    const token = await createdToken(before);
+    await sleep(100);
+    const progress = received.filter((m) => m.method === "$/progress" && m.params?.token === token);
+    assert.deepEqual(progress, []);
   });
 
   it("an unknown request gets -32601", async () => {

@@ -72,6 +72,10 @@
 //!   tied to no handler and never cancelled by the adapter. If another thread makes one at the very moment a
 //!   handler is polled, it is taken for that handler's.
 //!
+//! A `WorkDoneProgressCreate` a handler sends is bound to its request the same way: the client's
+//! `window/workDoneProgress/cancel` of the token cancels the handler, then reaches your `Router` (give it a handler
+//! for it). Its notifications go out through the main loop, after the stack's reply to a cancelled handler.
+//!
 //! # Ids
 //!
 //! async-lsp's ids are `i32` or strings. An integer id outside `i32` reaches your service as a string private to

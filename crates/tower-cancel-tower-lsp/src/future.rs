@@ -93,7 +93,13 @@ impl Drop for ResponseFuture {
     fn drop(&mut self) {
         // The handler first, then its entry in tower-lsp's table: the stack settles the request (and frees its id)
         // only after this drop, so a reused id always finds the table without it.
-        drop(self.answer.take());
+        if let Some(answer) = self.answer.take() {
+            // What the handler sends as its future is dropped (a guard ending its `$/progress`) goes out now,
+            // before the stack writes the cancelled reply, as what it sends during a poll does.
+            let mut turn = self.client.turn();
+            drop(answer);
+            self.client.drain(&mut turn, self.peer.as_ref(), None);
+        }
         if let Some(guard) = self.guard.take() {
             guard.fire();
         }

@@ -49,6 +49,11 @@
 //! dropped), and a closed connection gives every waiter an error: none is left behind
 //! ([`LspAdapter::client_requests_waiting`] counts them). `tests/cascade.rs` checks each case on the wire.
 //!
+//! A progress token a handler creates (`Client::create_work_done_progress`) goes out through its child peer too,
+//! which binds it to the handler's request: the client's `window/workDoneProgress/cancel` of the token cancels the
+//! handler (tower-lsp leaves that a TODO). What a handler sends as its future is dropped (a guard that ends its
+//! progress) is sent before the stack writes the cancelled reply. `tests/progress.rs` checks both.
+//!
 //! tower-lsp's messages carry nothing that says which handler sent them; the adapter knows by when they appear: it
 //! polls each handler holding the channel, and takes what the channel holds right after the poll as that
 //! handler's. That is exact for what a handler's own future sends. The limits that follow from it:

@@ -57,6 +57,13 @@
 //!
 //! The `tower-cancel-io` crate serves such a stack over stdio, pipes and sockets, with LSP and NDJSON framing.
 //!
+//! # The protocols' other cancels
+//!
+//! LSP's `window/workDoneProgress/cancel {token}` cancels the request that created the progress token (with
+//! [`Request::create_progress`], or any `window/workDoneProgress/create` its handler sends through
+//! [`Request::peer`]), as its `$/cancelRequest` would: -32800, its progress ended before the reply. The notification
+//! is then passed on to the service.
+//!
 //! # Tracing
 //!
 //! The cancel layer gives every request with an id a span at level DEBUG, named `request`, entered around each

@@ -5,6 +5,10 @@
 //! report must never be sent for a request that did not ask for it). Each report also counts as activity for a
 //! [`TimeoutLayer`](crate::timeout::TimeoutLayer) with an idle window: it pushes the request's deadline back.
 //!
+//! Where the protocol lets this side create a token on the peer (LSP's `window/workDoneProgress/create`),
+//! [`Request::create_progress`] does, and gives a [`Progress`] under it; the peer's cancel of that token
+//! (`window/workDoneProgress/cancel`) cancels the request, and its first report says so (`"cancellable": true`).
+//!
 //! # Example
 //!
 //! ```
@@ -21,6 +25,8 @@
 //!     Ok(serde_json::json!({ "indexed": 3 }))
 //! }
 //! ```
+
+mod created;
 
 use std::{fmt, sync::Arc};
 
@@ -46,20 +52,30 @@ pub struct Progress {
     outbox: Outbox,
     format: Arc<dyn Dialect>,
     reported: std::sync::atomic::AtomicBool,
+    // A token this side created (`Request::create_progress`): the peer may cancel the request by it.
+    cancellable: bool,
 }
 
 impl Progress {
     fn new(request: &Request) -> Option<Self> {
         let context = request.context()?;
+        let format = context.progress_format()?;
+        let token = format.progress_token(request, request.extensions())?;
+        Self::with_token(request, token, false)
+    }
+
+    /// Progress of `request` under `token`; `cancellable` for a token this side created.
+    fn with_token(request: &Request, token: Value, cancellable: bool) -> Option<Self> {
+        let context = request.context()?;
         let format = context.progress_format()?.clone();
         let outbox = request.connection()?.outbox().clone();
-        let token = format.progress_token(request, request.extensions())?;
         Some(Self {
             token,
             context: context.clone(),
             outbox,
             format,
             reported: Default::default(),
+            cancellable,
         })
     }
 
@@ -82,6 +98,7 @@ impl Progress {
         let event = ProgressEvent::Report {
             first,
             update: &update,
+            cancellable: self.cancellable,
         };
         match self.format.progress_notification(&self.token, event) {
             // Dropped, not queued, when the peer is not reading (see `Outbox::send_if_room`).

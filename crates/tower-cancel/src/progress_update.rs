@@ -52,6 +52,10 @@ pub enum ProgressEvent<'a> {
         first: bool,
         /// The report.
         update: &'a ProgressUpdate,
+        /// Whether the peer may cancel the work under this progress: a token this side created
+        /// ([`Request::create_progress`](crate::Request::create_progress)), whose cancel (LSP's
+        /// `window/workDoneProgress/cancel`) cancels the request. LSP's `begin` says `"cancellable": true` then.
+        cancellable: bool,
     },
     /// The handler is done reporting (LSP closes its progress with `end`).
     End,

@@ -94,13 +94,21 @@ impl Request {
     /// sent the cancel) when this request is cancelled, from any source. Given by a
     /// [`CascadeLayer`](crate::CascadeLayer) to a request that passed a [`CancelLayer`](crate::CancelLayer) and
     /// came over a connection that has a peer; `None` otherwise.
+    ///
+    /// A progress token that a request sent through it creates (LSP's `window/workDoneProgress/create`) is bound
+    /// to this request: the peer's cancel of the token cancels it (see
+    /// [`create_progress`](Self::create_progress)).
     pub fn peer(&self) -> Option<Peer> {
         if !self.child_peer {
             return None;
         }
         let lifecycle = self.context.as_ref()?.lifecycle();
-        let peer = self.connection.as_ref()?.peer()?;
-        Some(peer.child_of_request(lifecycle.clone()))
+        let connection = self.connection.as_ref()?;
+        let peer = connection.peer()?;
+        Some(
+            peer.child_of_request(lifecycle.clone())
+                .binding_progress_in(connection.registry().clone()),
+        )
     }
 
     /// Let [`peer`](Self::peer) give the handler its connection's peer as a child of this request.

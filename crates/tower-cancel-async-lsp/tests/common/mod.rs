@@ -23,8 +23,9 @@ use tower_cancel::{CancelStack, Registry};
 use tower_cancel_async_lsp::{
     async_lsp::{
         lsp_types::{
-            notification::{Exit, Initialized, Notification},
-            request::Request,
+            notification::{Exit, Initialized, Notification, WorkDoneProgressCancel},
+            request::{Request, WorkDoneProgressCreate},
+            NumberOrString, WorkDoneProgressCreateParams,
         },
         router::Router,
         ClientSocket, ResponseError,
@@ -126,6 +127,16 @@ impl Request for Emit {
     const METHOD: &'static str = "test/emit";
 }
 
+/// `test/progress {"token"}`: creates the progress token `token` on the client (`window/workDoneProgress/create`
+/// through the handler's `ClientSocket`), then works until stopped.
+pub enum MakeProgress {}
+
+impl Request for MakeProgress {
+    type Params = Value;
+    type Result = Value;
+    const METHOD: &'static str = "test/progress";
+}
+
 /// The event `test/emit` emits; its handler appends it to the state.
 pub struct Bump(pub Value);
 
@@ -133,6 +144,8 @@ pub fn router(client: ClientSocket, counters: Arc<Counters>) -> Router<Vec<Value
     let mut router = Router::new(Vec::new());
     let sleeps = counters.clone();
     let emitter = client.clone();
+    let creator = client.clone();
+    let progresses = counters.clone();
     router
         .request::<Sleep, _>(move |_, Ms { ms }| {
             let counters = sleeps.clone();
@@ -158,7 +171,24 @@ pub fn router(client: ClientSocket, counters: Arc<Counters>) -> Router<Vec<Value
                 Ok(answer)
             }
         })
+        .request::<MakeProgress, _>(move |_, params| {
+            let client = creator.clone();
+            let counters = progresses.clone();
+            async move {
+                counters.started.fetch_add(1, Ordering::SeqCst);
+                let _run = Run(counters, false);
+                let token = NumberOrString::String(params["token"].as_str().unwrap_or("").into());
+                let created = client
+                    .request::<WorkDoneProgressCreate>(WorkDoneProgressCreateParams { token })
+                    .await;
+                if let Err(error) = created {
+                    return Ok(json!({ "failed": error.to_string() }));
+                }
+                std::future::pending::<Result<Value, ResponseError>>().await
+            }
+        })
         .notification::<Initialized>(|_, _| ControlFlow::Continue(()))
+        .notification::<WorkDoneProgressCancel>(|_, _| ControlFlow::Continue(()))
         .notification::<Exit>(|_, ()| ControlFlow::Break(Ok(())))
         .notification::<Append>(|state, params| {
             state.push(params["v"].clone());

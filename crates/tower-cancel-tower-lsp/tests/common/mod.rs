@@ -11,6 +11,7 @@ use std::{
     time::Duration,
 };
 
+use futures_util::FutureExt;
 use serde_json::{json, Value};
 use tokio::{
     io::{
@@ -23,8 +24,8 @@ use tower_cancel_io::{Framing, Server};
 use tower_cancel_tower_lsp::LspAdapter;
 use tower_lsp_server::{
     jsonrpc::Result,
-    ls_types::{request::Request as LspRequest, InitializeParams, InitializeResult},
-    Client, LanguageServer, LspService,
+    ls_types::{request::Request as LspRequest, InitializeParams, InitializeResult, ProgressToken},
+    Cancellable, Client, LanguageServer, LspService, OngoingProgress, Unbounded,
 };
 
 /// The exact reply to a cancelled request `id` (a JSON literal: `7` or `"a"`).
@@ -110,6 +111,31 @@ impl TestServer {
         }
     }
 
+    /// `test/progress {"token"}`: creates the progress token `token` on the client, begins a cancellable progress
+    /// under it, and works until stopped; a guard ends the progress when the handler's future is dropped.
+    async fn progress(&self, params: Value) -> Result<Value> {
+        self.counters.started.fetch_add(1, Ordering::SeqCst);
+        let _running = Running(self.counters.clone(), false);
+        let token = match &params["token"] {
+            Value::String(token) => ProgressToken::String(token.clone()),
+            other => ProgressToken::Number(
+                other
+                    .as_i64()
+                    .and_then(|n| i32::try_from(n).ok())
+                    .unwrap_or(0),
+            ),
+        };
+        self.client.create_work_done_progress(token.clone()).await?;
+        let begun = self
+            .client
+            .progress(token, "test/progress")
+            .with_cancel_button()
+            .begin()
+            .await;
+        let _end = EndOnDrop(Some(begun));
+        std::future::pending().await
+    }
+
     /// `test/echo`: answers its params at once.
     async fn echo(&self, params: Value) -> Result<Value> {
         Ok(params)
@@ -122,6 +148,18 @@ impl TestServer {
         let answer = self.client.send_request::<Ask>(params).await;
         running.1 = true;
         answer
+    }
+}
+
+/// Ends a progress when dropped: tower-lsp's `Client` sends without waiting when its channel has room, which it
+/// always has for a fresh sender.
+struct EndOnDrop(Option<OngoingProgress<Unbounded, Cancellable>>);
+
+impl Drop for EndOnDrop {
+    fn drop(&mut self) {
+        if let Some(progress) = self.0.take() {
+            let _ = progress.finish().now_or_never();
+        }
     }
 }
 
@@ -154,6 +192,7 @@ impl Peer {
         .custom_method("test/echo", TestServer::echo)
         .custom_method("test/ask", TestServer::ask)
         .custom_method("test/askbriefly", TestServer::ask_briefly)
+        .custom_method("test/progress", TestServer::progress)
         .finish();
         let adapter = LspAdapter::new(service);
         let server = Server::with_stack(stack().timeouts(timeouts), adapter.clone());

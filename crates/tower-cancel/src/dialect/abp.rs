@@ -344,6 +344,7 @@ mod tests {
                 ProgressEvent::Report {
                     first: true,
                     update: &update,
+                    cancellable: false,
                 },
             )
             .unwrap();

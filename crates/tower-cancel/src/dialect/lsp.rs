@@ -4,7 +4,7 @@ use serde_json::{json, Value};
 
 use super::{
     params_object, recognize_cancel, request_cancelled, CancelNotice, CancelledReply, Dialect,
-    Recognized, ServerCancellable,
+    GroupCancel, Recognized, ServerCancellable,
 };
 use crate::{
     message::{code, ErrorObject, Id, WireRequest},
@@ -23,12 +23,24 @@ use crate::{
 ///
 /// Progress: a request with a `workDoneToken` can report `$/progress` (`begin` on the first report, then
 /// `report`, and `end` when the handler drops its [`Progress`](crate::progress::Progress)).
+///
+/// Server-initiated progress: a handler may create a token on the client (`window/workDoneProgress/create`,
+/// [`Request::create_progress`](crate::Request::create_progress) or its own request through its child peer). The
+/// client's `window/workDoneProgress/cancel {token}` cancels the request that created it, with reason
+/// [`CancelReason::Peer`] (-32800), and is passed on to the service, as is one for an unknown token (which cancels
+/// nothing) or with malformed params.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Lsp;
 
 impl Lsp {
     /// The method of LSP's cancel notification.
     pub const CANCEL_METHOD: &'static str = "$/cancelRequest";
+
+    /// The method of the server's request that creates a progress token on the client.
+    pub const CREATE_PROGRESS_METHOD: &'static str = "window/workDoneProgress/create";
+
+    /// The method of the client's notification that cancels the work under a progress token the server created.
+    pub const CANCEL_PROGRESS_METHOD: &'static str = "window/workDoneProgress/cancel";
 }
 
 impl Lsp {
@@ -50,6 +62,13 @@ struct Params {
     id: Id,
 }
 
+/// The params of `window/workDoneProgress/create` and `window/workDoneProgress/cancel`: a `ProgressToken` is an
+/// integer or a string, as an [`Id`].
+#[derive(Deserialize)]
+struct TokenParams {
+    token: Id,
+}
+
 #[derive(Deserialize)]
 struct WorkDone {
     #[serde(rename = "workDoneToken")]
@@ -62,6 +81,9 @@ impl Dialect for Lsp {
     }
 
     fn recognize(&self, notification: &WireRequest, _session: &SessionState) -> Recognized {
+        if notification.method() == Self::CANCEL_PROGRESS_METHOD {
+            return recognize_progress_cancel(notification);
+        }
         recognize_cancel(notification, Self::CANCEL_METHOD, |p: Params| {
             CancelNotice {
                 id: p.id,
@@ -103,10 +125,15 @@ impl Dialect for Lsp {
             ProgressEvent::Report {
                 first: true,
                 update,
+                cancellable,
             } => {
                 // `begin` needs a title: the first report's message is it.
                 let title = update.message.as_deref().unwrap_or("Working");
                 let mut value = json!({ "kind": "begin", "title": title });
+                if cancellable {
+                    // Only for a token this side created: VS Code shows a cancel button for it.
+                    value["cancellable"] = json!(true);
+                }
                 if let Some(percentage) = update.percentage() {
                     value["percentage"] = json!(percentage);
                 }
@@ -160,6 +187,30 @@ impl Dialect for Lsp {
     fn cancel_message(&self, id: &Id, _reason: &CancelReason) -> WireRequest {
         WireRequest::notification(Self::CANCEL_METHOD, json!({ "id": id }))
     }
+
+    fn progress_created(&self, outgoing: &WireRequest) -> Option<Id> {
+        if outgoing.method() != Self::CREATE_PROGRESS_METHOD {
+            return None;
+        }
+        Some(outgoing.params_as::<TokenParams>().ok()?.token)
+    }
+
+    fn create_progress(&self, token: &Id) -> Option<(&'static str, Value)> {
+        Some((Self::CREATE_PROGRESS_METHOD, json!({ "token": token })))
+    }
+}
+
+/// `window/workDoneProgress/cancel {token}`: the request that created the token (bound by the handler's child
+/// peer) is cancelled as by the client's `$/cancelRequest` (reason Peer: -32800). Unlike `$/cancelRequest` it is
+/// passed on to the service, malformed or not: the token may be the application's own (background work).
+fn recognize_progress_cancel(notification: &WireRequest) -> Recognized {
+    match super::cancel_params::<TokenParams>(notification) {
+        Some(TokenParams { token }) => Recognized::CancelGroup(GroupCancel {
+            key: token,
+            reason: CancelReason::peer(None),
+        }),
+        None => Recognized::NotACancel,
+    }
 }
 
 #[cfg(test)]
@@ -179,14 +230,16 @@ mod tests {
         assert_eq!(
             value(ProgressEvent::Report {
                 first: true,
-                update: &counted
+                update: &counted,
+                cancellable: false,
             }),
             json!({ "kind": "begin", "title": "indexing" })
         );
         assert_eq!(
             value(ProgressEvent::Report {
                 first: false,
-                update: &counted
+                update: &counted,
+                cancellable: false,
             }),
             json!({ "kind": "report", "message": "indexing" })
         );
@@ -194,10 +247,72 @@ mod tests {
         assert_eq!(
             value(ProgressEvent::Report {
                 first: false,
-                update: &measured
+                update: &measured,
+                cancellable: false,
             }),
             json!({ "kind": "report", "percentage": 25 })
         );
         assert_eq!(value(ProgressEvent::End), json!({ "kind": "end" }));
+    }
+
+    #[test]
+    fn a_created_tokens_begin_says_it_is_cancellable() {
+        let update = ProgressUpdate::new(0.0).message("demo/progress");
+        let begin = ProgressEvent::Report {
+            first: true,
+            update: &update,
+            cancellable: true,
+        };
+        assert_eq!(
+            value(begin),
+            json!({ "kind": "begin", "title": "demo/progress", "cancellable": true })
+        );
+    }
+
+    #[test]
+    fn a_progress_cancel_cancels_the_group_of_its_token_and_anything_else_is_passed_on() {
+        let session = SessionState::default();
+        let cancel = |params: Value| {
+            let notification = WireRequest::notification(Lsp::CANCEL_PROGRESS_METHOD, params);
+            Lsp.recognize(&notification, &session)
+        };
+        let group = |key: Id| {
+            Recognized::CancelGroup(GroupCancel {
+                key,
+                reason: CancelReason::peer(None),
+            })
+        };
+        assert_eq!(cancel(json!({ "token": "tc-1" })), group(Id::from("tc-1")));
+        assert_eq!(cancel(json!({ "token": 3 })), group(Id::Number(3)));
+        for malformed in [
+            json!({}),
+            json!({ "token": [1] }),
+            json!(["tc-1"]),
+            json!(null),
+        ] {
+            assert_eq!(cancel(malformed), Recognized::NotACancel);
+        }
+        // The reply of a request it cancels: the peer's cancel's, -32800, even for a server-cancellable method.
+        assert_eq!(
+            Lsp.server_cancellable(["textDocument/diagnostic"])
+                .cancelled_reply(&CancelReason::peer(None), true),
+            request_cancelled("Request cancelled")
+        );
+    }
+
+    #[test]
+    fn create_names_the_token_it_creates() {
+        let token = Id::from("tc-1");
+        let (method, params) = Lsp.create_progress(&token).unwrap();
+        let create = WireRequest::new(5, method, params);
+        assert_eq!(create.method(), "window/workDoneProgress/create");
+        assert_eq!(Lsp.progress_created(&create), Some(token));
+        let numbered = WireRequest::new(6, method, json!({ "token": 9 }));
+        assert_eq!(Lsp.progress_created(&numbered), Some(Id::Number(9)));
+        // Another method, or a token of no token's shape, creates nothing.
+        let other = WireRequest::new(7, "workspace/configuration", json!({ "token": "t" }));
+        assert_eq!(Lsp.progress_created(&other), None);
+        let bad = WireRequest::new(8, method, json!({ "token": [1] }));
+        assert_eq!(Lsp.progress_created(&bad), None);
     }
 }

@@ -6,7 +6,7 @@
 //!
 //! | dialect | cancel message | cancelled request gets |
 //! |---|---|---|
-//! | [`Lsp`] | `$/cancelRequest {id}` | error -32800 |
+//! | [`Lsp`] | `$/cancelRequest {id}`; `window/workDoneProgress/cancel {token}` for the request that created the token | error -32800 |
 //! | [`Acp`] | `$/cancel_request {requestId}` | error -32800 |
 //! | [`AcpDraft`] | `$/cancelRequest {id}`, only after `initialize` and if declared | error -32800 |
 //! | [`Mcp`] | `notifications/cancelled {requestId, reason}` | no reply at all |
@@ -141,6 +141,21 @@ pub trait Dialect: Send + Sync + 'static {
     /// dialect has no progress or the params cannot carry a token (they are not an object).
     fn attach_progress_token(&self, _params: &mut Value, _token: &Value) -> bool {
         false
+    }
+
+    /// The progress token a request this side sends creates, if it is the dialect's request for that (LSP's
+    /// `window/workDoneProgress/create {token}`). A handler's child [`Peer`](crate::Peer) binds the token to the
+    /// handler's request before it writes the request, so that the peer's cancel of the token
+    /// (`window/workDoneProgress/cancel`) finds it.
+    fn progress_created(&self, _outgoing: &WireRequest) -> Option<Id> {
+        None
+    }
+
+    /// The method and params of the request that asks the peer to accept a progress token this side made
+    /// (LSP's `window/workDoneProgress/create {token}`), if the dialect has one
+    /// ([`Request::create_progress`](crate::Request::create_progress)).
+    fn create_progress(&self, _token: &Id) -> Option<(&'static str, Value)> {
+        None
     }
 
     /// Whether a handler that stops cooperatively may answer with a partial result (LSP and ACP allow it).

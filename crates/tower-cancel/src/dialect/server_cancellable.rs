@@ -110,4 +110,12 @@ impl<D: Dialect> Dialect for ServerCancellable<D> {
     fn attach_progress_token(&self, params: &mut Value, token: &Value) -> bool {
         self.dialect.attach_progress_token(params, token)
     }
+
+    fn progress_created(&self, outgoing: &WireRequest) -> Option<Id> {
+        self.dialect.progress_created(outgoing)
+    }
+
+    fn create_progress(&self, token: &Id) -> Option<(&'static str, Value)> {
+        self.dialect.create_progress(token)
+    }
 }

@@ -69,6 +69,7 @@
 mod call;
 mod error;
 mod exchanges;
+mod groups;
 mod parent;
 mod progress;
 mod table;
@@ -100,6 +101,7 @@ use crate::{
     outbox::Outbox,
     progress_update::ProgressUpdate,
     reason::CancelReason,
+    registry::Registry,
     session::SessionState,
 };
 
@@ -110,6 +112,9 @@ pub struct Peer {
     default_timeout: Option<Duration>,
     // Set on a request's child handle (see `CascadeLayer`): its calls are cancelled with the request.
     parent: Option<Parent>,
+    // Set on a request's child handle given to a handler (`Request::peer`): the registry the request is in, where
+    // a progress token its calls create is bound to it (see `groups`).
+    groups: Option<Registry>,
 }
 
 struct Shared {
@@ -175,6 +180,7 @@ impl Peer {
             }),
             default_timeout: Some(Self::DEFAULT_TIMEOUT),
             parent: None,
+            groups: None,
         }
     }
 
@@ -300,6 +306,8 @@ impl Peer {
             self.shared.forget(&id);
             return call.refused();
         }
+        // Before it is written: the peer may cancel a progress token the moment it answered its creation.
+        self.bind_created_progress(&request);
         if self.shared.outbox.send_request(&request).is_err() {
             self.shared.forget(&id);
             return call.closed();

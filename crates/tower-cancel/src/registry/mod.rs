@@ -499,7 +499,6 @@ impl Registry {
     /// several): a later [`cancel_group`](Self::cancel_group) of that key cancels it. Does nothing if the request
     /// already left the registry.
     // Used by the LSP progress binding (a handler's `window/workDoneProgress/create`).
-    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn bind_group(&self, lifecycle: &Arc<Lifecycle>, key: Id) {
         let mut tables = self.lock();
         let registered = tables
