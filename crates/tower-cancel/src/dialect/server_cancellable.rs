@@ -1,4 +1,4 @@
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
 
 use http::Extensions;
 use serde_json::Value;
@@ -101,5 +101,9 @@ impl<D: Dialect> Dialect for ServerCancellable<D> {
 
     fn attach_progress_token(&self, params: &mut Value, token: &Value) -> bool {
         self.dialect.attach_progress_token(params, token)
+    }
+
+    fn attach_deadline(&self, params: &mut Value, field: &str, remaining: Duration) -> bool {
+        self.dialect.attach_deadline(params, field, remaining)
     }
 }

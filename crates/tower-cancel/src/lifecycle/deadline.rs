@@ -63,6 +63,16 @@ impl Deadline {
         }
     }
 
+    /// This deadline, never later than `cap` (nor its maximum: activity cannot push it past `cap` either).
+    pub(crate) fn not_after(self, cap: Instant) -> Self {
+        let at = self.at.into_inner().unwrap_or_else(|p| p.into_inner());
+        Self {
+            at: Mutex::new(at.min(cap)),
+            idle: self.idle,
+            max_at: self.max_at.min(cap),
+        }
+    }
+
     /// The moment it passes, as it stands now.
     pub fn at(&self) -> Instant {
         *self.at.lock().unwrap_or_else(|p| p.into_inner())

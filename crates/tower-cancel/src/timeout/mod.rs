@@ -72,6 +72,11 @@ pub use crate::lifecycle::Deadline;
 use crate::{lifecycle::after, outcome::BoxError, request::Request};
 use layer::Config;
 
+/// The `_meta` field a request made inside a handler carries its remaining time in when the handler's request
+/// got its deadline from a [`TimeoutLayer`] that reads no field of its own ([`TimeoutLayer::from_meta`]), or from
+/// a transport ([`RequestedTimeout`]): `"timeoutMs"`, milliseconds. Read it with `TimeoutLayer::from_meta(DEADLINE_FIELD)`.
+pub const DEADLINE_FIELD: &str = "timeoutMs";
+
 /// A timeout the peer asked for in a place the params do not hold (ABP's `options.timeout`), put on the
 /// [`Request`]'s extensions by the transport. Every [`TimeoutLayer`] honours it, even one without rules of its
 /// own; like `params._meta`'s, it can shorten the server's limit, never extend it.
@@ -98,6 +103,10 @@ impl<S> Timeout<S> {
 
     fn has_rules(&self) -> bool {
         self.config.as_deref().is_some_and(Config::has_rules)
+    }
+
+    fn meta_field(&self) -> Option<&Arc<str>> {
+        self.config.as_deref()?.meta_field.as_ref()
     }
 
     fn max_total(&self) -> Option<Duration> {
@@ -207,7 +216,10 @@ where
         };
         // A timeout is a cancellation: a request that cannot be cancelled (`initialize`) takes no deadline. An
         // outer timeout layer may have set one already; the first one set counts, and it is the one slept on.
-        context.set_deadline(Deadline::new(now, timeout, self.max_total()));
+        let taken = context.set_deadline(Deadline::new(now, timeout, self.max_total()));
+        if let (true, Some(field)) = (taken, self.meta_field()) {
+            context.lifecycle().set_deadline_field(field.clone());
+        }
         let Some(deadline) = context.deadline() else {
             return ResponseFuture::new(inner, req, None, None);
         };
