@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 pub(crate) use self::deadline::after;
-pub use self::deadline::Deadline;
+pub use self::deadline::{Deadline, DEADLINE_FIELD};
 use crate::{
     dialect::Dialect,
     loom::{fence, AtomicU8, AtomicWaker, OnceBox, OnceLock},

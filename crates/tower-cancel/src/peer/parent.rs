@@ -6,9 +6,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    lifecycle::{Deadline, Lifecycle},
+    lifecycle::{Deadline, Lifecycle, DEADLINE_FIELD},
     reason::CancelReason,
-    timeout::DEADLINE_FIELD,
 };
 
 /// What a child handle's calls are cancelled with.

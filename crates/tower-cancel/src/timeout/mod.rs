@@ -68,14 +68,9 @@ use tokio::time::Instant;
 use tower_service::Service;
 
 pub use self::{future::ResponseFuture, layer::TimeoutLayer};
-pub use crate::lifecycle::Deadline;
+pub use crate::lifecycle::{Deadline, DEADLINE_FIELD};
 use crate::{lifecycle::after, outcome::BoxError, request::Request};
 use layer::Config;
-
-/// The `_meta` field a request made inside a handler carries its remaining time in when the handler's request
-/// got its deadline from a [`TimeoutLayer`] that reads no field of its own ([`TimeoutLayer::from_meta`]), or from
-/// a transport ([`RequestedTimeout`]): `"timeoutMs"`, milliseconds. Read it with `TimeoutLayer::from_meta(DEADLINE_FIELD)`.
-pub const DEADLINE_FIELD: &str = "timeoutMs";
 
 /// A timeout the peer asked for in a place the params do not hold (ABP's `options.timeout`), put on the
 /// [`Request`]'s extensions by the transport. Every [`TimeoutLayer`] honours it, even one without rules of its
