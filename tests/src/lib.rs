@@ -35,7 +35,8 @@
 //! | `call` | sends the request `params.method` (with `params.params`) to the other side through its request's [`Peer`](Request::peer) (see [`Probe::nested`]) and answers how that call ended (see below) |
 //! | anything else | never answers if `params.hang` is `true` (a hanging request of any method), else -32601 |
 //!
-//! `call` takes these options: `timeout_ms` ([`PeerCall::timeout`]), `wait` ([`PeerCall::wait_after_cancel`]),
+//! `call` takes these options: `timeout_ms` ([`PeerCall::timeout`]), `no_timeout` (`true`:
+//! [`PeerCall::no_timeout`]), `wait` ([`PeerCall::wait_after_cancel`]),
 //! `spawn` (`true`: the call runs in a task of its own, which outlives a handler that is stopped, and the handler
 //! waits for it), `after_cancel` (`true`: the handler first waits for its own request to be cancelled, as a
 //! cooperative handler winding down would, then makes the call). It answers `{"nested": <id>, "ok": <result>}`,
@@ -333,6 +334,9 @@ impl Probe {
         );
         if let Some(ms) = params.get("timeout_ms").and_then(Value::as_u64) {
             call = call.timeout(Duration::from_millis(ms));
+        }
+        if params["no_timeout"] == true {
+            call = call.no_timeout();
         }
         if let Some(wait) = params.get("wait").and_then(Value::as_bool) {
             call = call.wait_after_cancel(wait);

@@ -250,6 +250,8 @@ async fn the_servers_timeout_cancels_the_nested_request(
     nested_cancel: &str,
     nested_reason: CancelReason,
     nested_reply: Option<&str>,
+    // How the server's handler ended: stopped, or (MCP, whose nested call ends at once at its deadline) returned.
+    handler: fn(i64, &str, Option<CancelReason>) -> Ended,
 ) {
     let result = pair
         .client
@@ -258,7 +260,10 @@ async fn the_servers_timeout_cancels_the_nested_request(
         .await;
     assert_eq!(result, Err(PeerError::Rejected(error)));
     pair.to_server.expect(CALL_HANG_0).await;
-    pair.to_client.expect(HANG_0).await;
+    // The nested call carries the time its parent had left (see deadline.rs), and stops when it passes.
+    pair.to_client
+        .expect(r#"{"jsonrpc":"2.0","id":0,"method":"hang","params":{"_meta":{"timeoutMs":100}}}"#)
+        .await;
     pair.to_client.expect(nested_cancel).await;
     pair.to_client.expect(reply).await;
     if let Some(nested_reply) = nested_reply {
@@ -267,7 +272,7 @@ async fn the_servers_timeout_cancels_the_nested_request(
     settle().await;
     assert_eq!(
         pair.server.probe.ended_of(0),
-        Some(Ended::stopped(0, "call", Some(CancelReason::Timeout)))
+        Some(handler(0, "call", Some(CancelReason::Timeout)))
     );
     assert_eq!(
         pair.client.probe.ended_of(0),
@@ -296,6 +301,7 @@ async fn lsp_the_servers_timeout_cancels_its_request_to_the_client() {
         LSP_CANCEL_0,
         CancelReason::peer(None),
         Some(CANCELLED_0),
+        Ended::stopped,
     )
     .await;
 }
@@ -310,9 +316,11 @@ async fn mcp_the_servers_timeout_cancels_its_request_to_the_client() {
         ),
         r#"{"jsonrpc":"2.0","id":0,"error":{"code":-32001,"message":"Request timed out"}}"#,
         ErrorObject::new(-32001, "Request timed out"),
-        &mcp_cancel(0, "parent request cancelled"),
-        CancelReason::peer(Some("parent request cancelled".into())),
+        // The nested call reached its parent's deadline: it timed out (the same instant as its parent).
+        &mcp_cancel(0, "timed out"),
+        CancelReason::peer(Some("timed out".into())),
         None,
+        Ended::finished,
     )
     .await;
 }

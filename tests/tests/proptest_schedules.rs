@@ -350,6 +350,18 @@ impl Protocol {
         }
     }
 
+    /// The server's cancel of its nested request `id` when the call reached its parent's deadline: it timed out
+    /// (MCP says so in its reason; the others' cancels carry none).
+    fn nested_timeout_cancel(self, id: &Id) -> String {
+        match self {
+            Protocol::Lsp | Protocol::Acp | Protocol::AcpDraft => self.cancel(id),
+            Protocol::Mcp => format!(
+                r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"reason":"timed out","requestId":{}}}}}"#,
+                id_json(id)
+            ),
+        }
+    }
+
     /// The reason a handler sees when the peer cancelled its request.
     fn peer_reason(self) -> CancelReason {
         match self {
@@ -427,10 +439,14 @@ fn request_frame(id: &Id, work: Work, place: usize) -> String {
     }
 }
 
-/// The nested request `nested` that the `call` handler of request `parent` sends the client.
-fn nested_request(nested: &Id, parent: &Id) -> String {
+/// The nested request `nested` that the `call` handler of request `parent` sends the client: with the stack's
+/// timeout, it carries the time its parent has left, all of it (the handler calls when it starts).
+fn nested_request(nested: &Id, parent: &Id, timeout_ms: Option<u64>) -> String {
+    let meta = timeout_ms.map_or(String::new(), |ms| {
+        format!(r#","_meta":{{"timeoutMs":{ms}}}"#)
+    });
     format!(
-        r#"{{"jsonrpc":"2.0","id":{},"method":"ping","params":{{"parent":{}}}}}"#,
+        r#"{{"jsonrpc":"2.0","id":{},"method":"ping","params":{{"parent":{}{meta}}}}}"#,
         id_json(nested),
         id_json(parent)
     )
@@ -720,11 +736,22 @@ impl Plan {
     /// was sent when it started, and the client never answers it.
     fn call_cancelled(&self, cancelled: &Cancellation<'_>, nested: &Id) -> Vec<Fate> {
         let started_at = cancelled.request.sent.at;
-        let nested_cancelled_at = |cancelled_at| NestedCall::Sent {
+        // At the request's deadline the call reaches it too (its timer is capped there) and times out, in the same
+        // turn, before its handler is stopped: MCP's cancel says so.
+        let deadline = *cancelled.reason == CancelReason::Timeout;
+        let timed_out = deadline && self.protocol == Protocol::Mcp;
+        let nested_cancelled_at = |cancelled_at: Option<u64>| NestedCall::Sent {
             at: started_at,
             cancelled_at,
+            timed_out: timed_out && cancelled_at.is_some(),
         };
         let Some(grace) = self.stack.grace_ms else {
+            if timed_out {
+                // MCP's call stops at once: the handler answers with its error (MCP drops the answer).
+                let result = call_failed(nested, "timed out");
+                let nested = nested_cancelled_at(Some(cancelled.at));
+                return vec![self.wound_down(cancelled, cancelled.at, &result, nested)];
+            }
             // The handler's future is dropped, and with it the call, which cancels the nested request.
             let nested = nested_cancelled_at(Some(cancelled.at));
             return vec![self.stopped(cancelled, cancelled.at, nested)];
@@ -894,8 +921,13 @@ enum HandlerEnd {
 enum NestedCall {
     /// Nothing (not a `call`, or its handler never ran).
     None,
-    /// The nested request at `at`, and its cancel at `cancelled_at` (`None`: never cancelled).
-    Sent { at: u64, cancelled_at: Option<u64> },
+    /// The nested request at `at`, and its cancel at `cancelled_at` (`None`: never cancelled), which says the
+    /// call timed out (`timed_out`: MCP's reason) or that its parent was cancelled.
+    Sent {
+        at: u64,
+        cancelled_at: Option<u64>,
+        timed_out: bool,
+    },
 }
 
 /// What the client saw of a handler's nested request: its id, when it came, and when its cancels came.
@@ -903,7 +935,8 @@ enum NestedCall {
 struct NestedSeen {
     id: Id,
     at: u64,
-    cancels: Vec<u64>,
+    // When each cancel came, and whether it said the call timed out.
+    cancels: Vec<(u64, bool)>,
 }
 
 impl Fate {
@@ -943,11 +976,18 @@ impl Fate {
         let nested = match (&self.nested, seen.nested) {
             (NestedCall::None, None) => true,
             (NestedCall::Sent { at, .. }, None) => unobserved(*at),
-            (NestedCall::Sent { at, cancelled_at }, Some(nested)) => {
+            (
+                NestedCall::Sent {
+                    at,
+                    cancelled_at,
+                    timed_out,
+                },
+                Some(nested),
+            ) => {
                 nested.at == *at
                     && match (cancelled_at, nested.cancels.as_slice()) {
                         (None, []) => true,
-                        (Some(expected), [cancel]) => cancel == expected,
+                        (Some(expected), [cancel]) => *cancel == (*expected, *timed_out),
                         (Some(expected), []) => unobserved(*expected),
                         _ => false,
                     }
@@ -1369,7 +1409,9 @@ impl Wire {
             let id = serde_json::from_value::<Id>(message["id"].clone()).ok();
             match (message.get("method"), id) {
                 (None, Some(id)) => wire.replies.entry(id).or_default().push(frame.clone()),
-                (Some(_), Some(id)) => wire.nested_request(id, &message, frame)?,
+                (Some(_), Some(id)) => {
+                    wire.nested_request(id, &message, frame, plan.stack.timeout_ms)?;
+                }
                 (Some(_), None) => wire.nested_cancel(plan, frame)?,
                 (None, None) => return Err(format!("a reply without an id: {}", frame.text)),
             }
@@ -1377,10 +1419,16 @@ impl Wire {
         Ok(wire)
     }
 
-    fn nested_request(&mut self, id: Id, message: &Value, frame: &Frame) -> Result<(), String> {
+    fn nested_request(
+        &mut self,
+        id: Id,
+        message: &Value,
+        frame: &Frame,
+        timeout_ms: Option<u64>,
+    ) -> Result<(), String> {
         let parent = serde_json::from_value::<Id>(message["params"]["parent"].clone())
             .map_err(|_| format!("a request to the client from no handler: {}", frame.text))?;
-        if frame.text != nested_request(&id, &parent) {
+        if frame.text != nested_request(&id, &parent, timeout_ms) {
             return Err(format!(
                 "not the nested request of {parent}: {}",
                 frame.text
@@ -1398,17 +1446,26 @@ impl Wire {
     }
 
     fn nested_cancel(&mut self, plan: &Plan, frame: &Frame) -> Result<(), String> {
+        let timed_out = |nested: &NestedSeen| {
+            let cancel = plan.protocol.nested_timeout_cancel(&nested.id);
+            cancel != plan.protocol.nested_cancel(&nested.id)
+                && tests::same_json(&frame.text, &cancel)
+        };
         let nested = self
             .nested
             .values_mut()
-            .find(|nested| tests::same_json(&frame.text, &plan.protocol.nested_cancel(&nested.id)))
+            .find(|nested| {
+                tests::same_json(&frame.text, &plan.protocol.nested_cancel(&nested.id))
+                    || timed_out(nested)
+            })
             .ok_or_else(|| {
                 format!(
                     "a notification that cancels no nested request: {}",
                     frame.text
                 )
             })?;
-        nested.cancels.push(frame.at);
+        let by_deadline = timed_out(nested);
+        nested.cancels.push((frame.at, by_deadline));
         Ok(())
     }
 }

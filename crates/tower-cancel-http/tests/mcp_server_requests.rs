@@ -203,12 +203,21 @@ async fn a_timeout_or_the_sessions_end_cancels_the_question_too() {
     let session = initialize(addr).await;
     let headers = in_session(&session);
     let mut stream = Stream::post(addr, &headers, &ask(4, "slow?")).await;
+    let mut frames = stream.until_the_end().await;
+    // The question carries the time the tool call has left (never more than its 200 ms; the clock runs), and
+    // times out with it.
+    let left = frames[0]["params"]
+        .as_object_mut()
+        .and_then(|params| params.remove("_meta"))
+        .expect("the question carries its deadline");
+    let left = left["timeoutMs"].as_u64().expect("milliseconds");
+    assert!((1..=200).contains(&left), "{left} ms left");
     assert_eq!(
-        stream.until_the_end().await,
+        frames,
         vec![
             elicitation(0, "slow?"),
             json!({"jsonrpc":"2.0","method":"notifications/cancelled",
-                   "params":{"requestId":0,"reason":"parent request cancelled"}}),
+                   "params":{"requestId":0,"reason":"timed out"}}),
             json!({"jsonrpc":"2.0","id":4,"error":{"code":-32001,"message":"Request timed out"}}),
         ]
     );

@@ -64,6 +64,50 @@
 //! [`Request::peer`]), as its `$/cancelRequest` would: -32800, its progress ended before the reply. The notification
 //! is then passed on to the service.
 //!
+//! # Deadlines across hops
+//!
+//! A request's deadline follows the requests its handler makes, as gRPC's does. A call made through the
+//! request's [`Peer`] ([`Request::peer`], or [`Peer::child_of_context`] for another connection's peer):
+//!
+//! - stops at the request's deadline at the latest: its own timeout is the earlier of its own (or the handle's
+//!   default) and the time the request has left, and [`PeerCall::timeout`] or [`PeerCall::no_timeout`] never
+//!   extend it. There it ends with [`PeerError::TimedOut`] and sends the dialect's cancel, reason Timeout;
+//! - carries that time in its params, whole milliseconds rounded down (a hop never extends a deadline):
+//!   `params._meta.<field>`, the field the request's own [`TimeoutLayer::from_meta`](timeout::TimeoutLayer::from_meta)
+//!   reads, or [`timeout::DEADLINE_FIELD`] (`timeoutMs`). The next hop's `TimeoutLayer::from_meta` applies the earlier
+//!   of it and its own limit, and so on ([`Dialect::attach_deadline`] decides; ABP and RAP carry their timeouts
+//!   elsewhere and write nothing);
+//! - is not sent at all when less than a millisecond is left ([`PeerError::TimedOut`]).
+//!
+//! Over JSON-RPC over HTTP the time travels in a header (`tower-cancel-http`'s `Timeout-Ms`).
+//!
+//! ```
+//! use std::time::Duration;
+//! use serde_json::{json, Value};
+//! use tower::{service_fn, ServiceBuilder, ServiceExt};
+//! use tower_cancel::{dialect::Mcp, timeout::{TimeoutLayer, DEADLINE_FIELD}, BoxError, CancelStack, Outbox, Peer, Request};
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
+//! // A proxy: its handler calls a tool server on another connection.
+//! let (outbox, mut to_the_tool_server) = Outbox::new();
+//! let tools = Peer::new(Mcp, outbox);
+//! let timeouts = TimeoutLayer::new(Duration::from_secs(30)).from_meta(DEADLINE_FIELD);
+//! let proxy = ServiceBuilder::new()
+//!     .layer(CancelStack::mcp().timeouts(timeouts))
+//!     .service(service_fn(move |req: Request| {
+//!         let tools = tools.child_of_context(req.context().expect("behind the stack"));
+//!         async move { Ok::<Value, BoxError>(tools.request("tools/call", json!({ "name": "search" })).await?) }
+//!     }));
+//!
+//! // Its caller gives the request 250 ms: the call to the tool server is told so, and both stop then.
+//! let request = Request::new(1, "tools/call", json!({ "name": "search", "_meta": { "timeoutMs": 250 } }));
+//! let reply = proxy.oneshot(request).await.unwrap().unwrap();
+//! assert_eq!(reply.outcome.unwrap_err().code, -32001); // MCP's "Request timed out"
+//! let sent: Value = serde_json::from_slice(&to_the_tool_server.try_recv().unwrap()).unwrap();
+//! assert_eq!(sent["params"], json!({ "name": "search", "_meta": { "timeoutMs": 250 } }));
+//! # }
+//! ```
+//!
 //! # Tracing
 //!
 //! The cancel layer gives every request with an id a span at level DEBUG, named `request`, entered around each

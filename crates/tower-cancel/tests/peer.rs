@@ -443,3 +443,63 @@ async fn mcp_cancels_say_why_the_call_stopped() {
     nothing_sent(&mut rx);
     assert_eq!(peer.stats().pending, 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_handler_gives_its_deadline_to_another_connections_peer() {
+    use tower::{service_fn, ServiceBuilder, ServiceExt};
+    use tower_cancel::{timeout::TimeoutLayer, BoxError, CancelStack, Request};
+
+    // A proxy: its MCP handler calls a language server on another connection, with a long timeout of its own.
+    let (other, mut rx) = peer(Lsp);
+    let outcome = Arc::new(Mutex::new(None));
+    let seen = outcome.clone();
+    let proxy = other.clone();
+    let service = ServiceBuilder::new()
+        .layer(CancelStack::mcp().timeouts(TimeoutLayer::none().from_meta("timeoutMs")))
+        .service(service_fn(move |req: Request| {
+            let (proxy, seen) = (proxy.clone(), seen.clone());
+            async move {
+                let ctx = req.context().expect("behind a CancelLayer");
+                let call = proxy
+                    .child_of_context(ctx)
+                    .request("textDocument/hover", json!({ "line": 1 }))
+                    .timeout(Duration::from_secs(10));
+                let result = call.await;
+                *seen.lock().unwrap() = Some(result.clone());
+                Ok::<_, BoxError>(json!(format!("{result:?}")))
+            }
+        }));
+    let start = tokio::time::Instant::now();
+    let request = Request::new(1, "tools/call", json!({ "_meta": { "timeoutMs": 250 } }));
+    let reply = service.oneshot(request).await.unwrap().unwrap();
+
+    assert_eq!(start.elapsed(), Duration::from_millis(250));
+    assert_eq!(
+        reply.outcome.unwrap_err(),
+        ErrorObject::new(-32001, "Request timed out")
+    );
+    assert_eq!(
+        sent(&mut rx),
+        json!({ "jsonrpc": "2.0", "id": 0, "method": "textDocument/hover",
+                "params": { "line": 1, "_meta": { "timeoutMs": 250 } } })
+    );
+    assert_eq!(
+        sent(&mut rx),
+        json!({ "jsonrpc": "2.0", "method": "$/cancelRequest", "params": { "id": 0 } })
+    );
+    nothing_sent(&mut rx);
+    // LSP waits for the answer to its cancel: the handler was stopped waiting, at the deadline.
+    assert_eq!(*outcome.lock().unwrap(), None);
+    assert_eq!(other.stats().pending, 0);
+}
+
+#[tokio::test]
+async fn a_handle_without_a_deadline_sends_the_params_as_they_are() {
+    let (peer, mut rx) = peer(Mcp);
+    let child = peer.child_of(CancellationToken::new());
+    drop(child.request("tools/list", json!(null)).detach());
+    assert_eq!(
+        sent(&mut rx),
+        json!({ "jsonrpc": "2.0", "id": 0, "method": "tools/list" })
+    );
+}

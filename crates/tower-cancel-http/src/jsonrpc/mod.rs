@@ -52,10 +52,21 @@
 //!   answered as the stack's dialect answers that (LSP and ACP: -32800); a request POSTed after it never runs
 //!   and gets the same reply.
 //!
+//! # Deadlines
+//!
+//! A POST may say how long its requests may take: the header [`DEFAULT_TIMEOUT_HEADER`] (`Timeout-Ms: 250`,
+//! milliseconds as an integer of at most ten digits; another name with [`JsonRpc::timeout_header`]) gives each
+//! of its requests a [`RequestedTimeout`], and the stack's [`TimeoutLayer`](tower_cancel::timeout::TimeoutLayer)
+//! the earlier of it and its own limit (a client can shorten the server's limit, never extend it). A value that
+//! is not such an integer is ignored. A handler that calls on over HTTP sends what is left of its own deadline
+//! with [`timeout_header_value`]; its calls through a [`Peer`](tower_cancel::Peer) carry it in
+//! `params._meta.timeoutMs` themselves.
+//!
 //! The HTTP request's extensions (a principal, for one) are copied into each JSON-RPC request's extensions,
 //! with the request's headers (`http::HeaderMap`), for the handler to read.
 
 mod batch;
+mod timeout_header;
 
 use std::{
     convert::Infallible,
@@ -75,11 +86,14 @@ use axum::{
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, StatusCode};
 use tower::Layer;
-use tower_cancel::{bus::Replica, Incoming, Message, Outbox, Response, Scope};
+use tower_cancel::{
+    bus::Replica, timeout::RequestedTimeout, Incoming, Message, Outbox, Response, Scope,
+};
 use tower_service::Service;
 
 use self::batch::ReplyBudget;
 pub use self::batch::{DEFAULT_MAX_BATCH_LEN, DEFAULT_MAX_BATCH_REPLY_BYTES};
+pub use self::timeout_header::{timeout_header_value, DEFAULT_TIMEOUT_HEADER};
 use crate::{
     body::{self, Messages},
     call::{self, RpcService},
@@ -103,6 +117,8 @@ struct Config {
     principals: Option<Box<dyn Principals>>,
     max_batch_len: usize,
     max_batch_reply_bytes: usize,
+    // The header a POST's timeout comes in (`None`: read none).
+    timeout_header: Option<http::HeaderName>,
 }
 
 impl Protocol for Config {}
@@ -116,6 +132,7 @@ impl<S> JsonRpc<S> {
             principals: None,
             max_batch_len: DEFAULT_MAX_BATCH_LEN,
             max_batch_reply_bytes: DEFAULT_MAX_BATCH_REPLY_BYTES,
+            timeout_header: Some(DEFAULT_TIMEOUT_HEADER),
         };
         Self {
             endpoint: Endpoint::new("JsonRpc", service, Settings::default(), config),
@@ -158,6 +175,12 @@ impl<S> JsonRpc<S> {
     /// holds more.
     pub fn max_batch_reply_bytes(self, bytes: usize) -> Self {
         self.configure(|_, config| config.max_batch_reply_bytes = bytes)
+    }
+
+    /// The header a POST's timeout is read from ([`DEFAULT_TIMEOUT_HEADER`], `Timeout-Ms`, by default; `None`:
+    /// none is read). See [Deadlines](self#deadlines).
+    pub fn timeout_header(self, name: Option<http::HeaderName>) -> Self {
+        self.configure(|_, config| config.timeout_header = name)
     }
 
     /// How long a body may take to arrive, from when it is first read (408 past it);
@@ -358,6 +381,10 @@ async fn serve<S: RpcService>(
         OnHangUp::cancel_if(config.cancel_on_disconnect),
     );
     let budget = batch.then(|| ReplyBudget::new(config.max_batch_reply_bytes));
+    let requested = config
+        .timeout_header
+        .as_ref()
+        .and_then(|name| timeout_header::requested(&parts.headers, name));
     let mut replies = Vec::with_capacity(messages.len());
     for message in messages {
         let message = match message {
@@ -368,7 +395,12 @@ async fn serve<S: RpcService>(
             }
         };
         match link.receive(message, Some(&parts)) {
-            Incoming::Request(request) => {
+            Incoming::Request(mut request) => {
+                // Every request of the POST may take the time its header asks for; the stack's timeout layer
+                // applies the earlier of it and its own limit.
+                if let Some(timeout) = requested {
+                    request.extensions_mut().insert(RequestedTimeout(timeout));
+                }
                 // A notification runs without a place of its own in the count (it has no reply to wait for, and a
                 // cancel must never be refused); it is still counted while it runs.
                 let place = match request.is_notification() {

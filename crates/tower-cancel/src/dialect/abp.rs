@@ -148,6 +148,16 @@ impl Dialect for Abp {
         "abp"
     }
 
+    // ABP carries a call's timeout in its `options.timeout`, which the caller sets: nothing in the params.
+    fn attach_deadline(
+        &self,
+        _params: &mut Value,
+        _field: &str,
+        _remaining: std::time::Duration,
+    ) -> bool {
+        false
+    }
+
     fn recognize(&self, notification: &WireRequest, _session: &SessionState) -> Recognized {
         recognize_cancel(notification, CANCEL_METHOD, |p: CancelParams| {
             CancelNotice {

@@ -15,6 +15,8 @@
 //!
 //! Write your own by implementing the trait.
 
+use std::time::Duration;
+
 use http::Extensions;
 use serde_json::Value;
 
@@ -31,6 +33,7 @@ mod acp;
 mod group;
 mod lsp;
 mod mcp;
+mod meta;
 pub mod rap;
 mod server_cancellable;
 
@@ -156,6 +159,21 @@ pub trait Dialect: Send + Sync + 'static {
     /// ([`Request::create_progress`](crate::Request::create_progress)).
     fn create_progress(&self, _token: &Id) -> Option<(&'static str, Value)> {
         None
+    }
+
+    /// Tell the next hop how long a request this side sends may run: write `remaining` (whole milliseconds,
+    /// rounded down, so that a hop never extends its caller's deadline) into `params._meta.<field>`, the field
+    /// the receiving [`TimeoutLayer::from_meta`](crate::timeout::TimeoutLayer::from_meta) reads. Called only for a
+    /// request made inside a handler whose request has a deadline. Returns `false` if nothing was written: the
+    /// params are neither an object nor `null` (or their `_meta` is not an object), or the dialect carries its
+    /// timeouts elsewhere (ABP's `options.timeout`, RAP's runtime).
+    fn attach_deadline(&self, params: &mut Value, field: &str, remaining: Duration) -> bool {
+        let Some(meta) = meta::meta_object(params) else {
+            return false;
+        };
+        let millis = u64::try_from(remaining.as_millis()).unwrap_or(u64::MAX);
+        meta.insert(field.to_owned(), Value::from(millis));
+        true
     }
 
     /// Whether a handler that stops cooperatively may answer with a partial result (LSP and ACP allow it).

@@ -30,6 +30,16 @@ impl Dialect for Rap {
         "rap"
     }
 
+    // The RAP runtime sets each tool call's timeout itself: nothing in the params.
+    fn attach_deadline(
+        &self,
+        _params: &mut serde_json::Value,
+        _field: &str,
+        _remaining: std::time::Duration,
+    ) -> bool {
+        false
+    }
+
     fn recognize(&self, _notification: &WireRequest, _session: &SessionState) -> Recognized {
         Recognized::NotACancel
     }

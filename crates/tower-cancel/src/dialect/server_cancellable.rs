@@ -1,4 +1,4 @@
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
 
 use http::Extensions;
 use serde_json::Value;
@@ -117,5 +117,9 @@ impl<D: Dialect> Dialect for ServerCancellable<D> {
 
     fn create_progress(&self, token: &Id) -> Option<(&'static str, Value)> {
         self.dialect.create_progress(token)
+    }
+
+    fn attach_deadline(&self, params: &mut Value, field: &str, remaining: Duration) -> bool {
+        self.dialect.attach_deadline(params, field, remaining)
     }
 }

@@ -4,6 +4,11 @@ use std::{sync::Mutex, time::Duration};
 
 use tokio::time::Instant;
 
+/// The `_meta` field a request made inside a handler carries its remaining time in when the handler's request
+/// got its deadline from a [`TimeoutLayer`](crate::timeout::TimeoutLayer) that reads no field of its own ([`TimeoutLayer::from_meta`](crate::timeout::TimeoutLayer::from_meta)), or from
+/// a transport ([`RequestedTimeout`](crate::timeout::RequestedTimeout)): `"timeoutMs"`, milliseconds. Read it with `TimeoutLayer::from_meta(DEADLINE_FIELD)`.
+pub const DEADLINE_FIELD: &str = "timeoutMs";
+
 /// When a request (or an outgoing call) times out: a fixed moment, or an idle window that activity (a progress
 /// report) pushes back to a full window from now, never past a maximum.
 ///
@@ -60,6 +65,16 @@ impl Deadline {
         match max_total {
             Some(max_total) => Self::idle(now, timeout, max_total),
             None => Self::fixed(now, timeout),
+        }
+    }
+
+    /// This deadline, never later than `cap` (nor its maximum: activity cannot push it past `cap` either).
+    pub(crate) fn not_after(self, cap: Instant) -> Self {
+        let at = self.at.into_inner().unwrap_or_else(|p| p.into_inner());
+        Self {
+            at: Mutex::new(at.min(cap)),
+            idle: self.idle,
+            max_at: self.max_at.min(cap),
         }
     }
 

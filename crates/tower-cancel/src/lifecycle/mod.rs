@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 pub(crate) use self::deadline::after;
-pub use self::deadline::Deadline;
+pub use self::deadline::{Deadline, DEADLINE_FIELD};
 use crate::{
     dialect::Dialect,
     loom::{fence, AtomicU8, AtomicWaker, OnceBox, OnceLock},
@@ -75,6 +75,9 @@ struct Rare {
     deadline: OnceLock<Deadline>,
     // The group the request was put in at admission (its ACP session), for its handler.
     group: OnceLock<Id>,
+    // The `_meta` field the layer that set the deadline reads (`TimeoutLayer::from_meta`): the one the request's
+    // own calls write their remaining time into, for the next hop's layer to read the same way.
+    deadline_field: OnceLock<Arc<str>>,
     // For a request the other side ends only by cancelling it (`Dialect::ends_with_cancel`): the dialect that
     // renders the notice this side sends when it ends the request itself.
     end_notice: OnceLock<EndNotice>,
@@ -190,6 +193,17 @@ impl Lifecycle {
     /// The request's deadline, if it has one.
     pub(crate) fn deadline(&self) -> Option<&Deadline> {
         self.rare.get()?.deadline.get()
+    }
+
+    /// Name the `_meta` field the request's deadline came in (see `Rare::deadline_field`). Only the first call
+    /// counts, as for the deadline.
+    pub(crate) fn set_deadline_field(&self, field: Arc<str>) {
+        let _ = self.rare().deadline_field.set(field);
+    }
+
+    /// The `_meta` field the request's deadline came in, if the layer that set it reads one.
+    pub(crate) fn deadline_field(&self) -> Option<&Arc<str>> {
+        self.rare.get()?.deadline_field.get()
     }
 
     pub(crate) fn id(&self) -> &Id {

@@ -14,7 +14,8 @@
 //!   [`cancel_on`](Outgoing::cancel_on)) or [`TimedOut`](Event::TimedOut) ([`timeout`](Outgoing::timeout)). Each
 //!   poll looks at them in that order, so an answer that is there wins over a token or a timeout that fired at the
 //!   same moment, and a parent's cancel over the caller's.
-//! - **The timeout** runs from the moment the `Outgoing` is made. Fixed, it passes once. Idle
+//! - **The timeout** runs from the moment the `Outgoing` is made. A cap ([`not_after`](Outgoing::not_after), the
+//!   deadline of the request the call was made for) bounds it, and stands without one. Fixed, it passes once. Idle
 //!   ([`reset_on_activity`](Outgoing::reset_on_activity)), each activity the owner reports
 //!   ([`Owner::last_activity`]) pushes it back to a full timeout from that activity, never past the maximum from
 //!   the start. The activity is read only when the sleep wakes: reporting it costs the call nothing.
@@ -178,7 +179,15 @@ impl<A, O: Owner> Outgoing<A, O> {
         self
     }
 
-    /// No timeout: the call waits for its answer, a token or its drop (undoes [`timeout`](Self::timeout)).
+    /// Give up with [`Event::TimedOut`] at `at` at the latest, whatever the timeout (set before or after, or
+    /// none): a call made for a request with a deadline never outlives it. Several caps: the earliest counts.
+    pub fn not_after(mut self, at: Instant) -> Self {
+        self.timeout.cap(at);
+        self
+    }
+
+    /// No timeout: the call waits for its answer, a token or its drop (undoes [`timeout`](Self::timeout); a
+    /// cap of [`not_after`](Self::not_after) stays).
     pub fn no_timeout(mut self) -> Self {
         self.timeout.clear();
         self

@@ -264,3 +264,71 @@ async fn without_tokens_or_a_timeout_only_the_answer_or_the_drop_ends_it() {
     drop(call);
     assert!(drops.lock().unwrap().is_empty());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_cap_bounds_any_timeout_and_stands_without_one() {
+    let start = Instant::now();
+    let cap = start + ms(300);
+    // A longer timeout, set before or after the cap; none at all; an idle one whose activity would move it past.
+    let (_a, answered) = oneshot::channel::<u32>();
+    let longer_after = Outgoing::new(answered, Log::default())
+        .not_after(cap)
+        .timeout(ms(10_000));
+    let (_b, answered) = oneshot::channel::<u32>();
+    let longer_before = Outgoing::new(answered, Log::default())
+        .timeout(ms(10_000))
+        .not_after(cap);
+    let (_c, answered) = oneshot::channel::<u32>();
+    let none = Outgoing::new(answered, Log::default())
+        .timeout(ms(10_000))
+        .not_after(cap)
+        .no_timeout();
+    let (_d, answered) = oneshot::channel::<u32>();
+    let idle_log = Log::default();
+    let idle = Outgoing::new(answered, idle_log.clone())
+        .timeout(ms(200))
+        .reset_on_activity(ms(1_000))
+        .not_after(cap);
+    // A shorter timeout keeps its own moment; of two caps the earlier counts.
+    let (_e, answered) = oneshot::channel::<u32>();
+    let shorter = Outgoing::new(answered, Log::default())
+        .timeout(ms(100))
+        .not_after(cap)
+        .not_after(start + ms(400));
+    for call in [&longer_after, &longer_before, &none] {
+        assert_eq!(call.deadline(), Some(cap));
+    }
+    assert_eq!(idle.deadline(), Some(start + ms(200)));
+    assert_eq!(shorter.deadline(), Some(start + ms(100)));
+
+    let mut calls: Vec<_> = [longer_after, longer_before, none, idle]
+        .into_iter()
+        .map(task::spawn)
+        .collect();
+    let mut shorter = task::spawn(shorter);
+    for call in &mut calls {
+        assert_pending!(call.poll());
+    }
+    tokio::time::advance(ms(100)).await;
+    assert_eq!(assert_ready!(shorter.poll()), Event::TimedOut);
+    tokio::time::advance(ms(90)).await;
+    idle_log.active_now();
+    tokio::time::advance(ms(10)).await;
+    for call in &mut calls {
+        assert_pending!(call.poll());
+    }
+    assert_eq!(
+        calls[3].deadline(),
+        Some(cap),
+        "activity at 190 ms: 390, capped"
+    );
+    tokio::time::advance(ms(99)).await;
+    for call in &mut calls {
+        assert_pending!(call.poll());
+    }
+    tokio::time::advance(ms(1)).await;
+    for call in &mut calls {
+        assert_eq!(assert_ready!(call.poll()), Event::TimedOut);
+    }
+    assert_eq!(Instant::now(), cap);
+}

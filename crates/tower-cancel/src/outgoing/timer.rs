@@ -13,6 +13,8 @@ pub(super) struct Timeout {
     timeout: Option<Duration>,
     // For an idle timeout, the cap on the whole call.
     max_total: Option<Duration>,
+    // A moment the call never runs past, whatever its timeout (or without one): its parent request's deadline.
+    not_after: Option<Instant>,
     timer: Option<Timer>,
 }
 
@@ -32,6 +34,7 @@ impl Timeout {
             started: Instant::now(),
             timeout: None,
             max_total: None,
+            not_after: None,
             timer: None,
         }
     }
@@ -41,10 +44,18 @@ impl Timeout {
         self.arm();
     }
 
-    /// No timeout after all (a maximum set stays, and makes none without a timeout).
+    /// No timeout after all (a maximum set stays, and makes none without a timeout; a cap stays, and is the
+    /// deadline).
     pub(super) fn clear(&mut self) {
         self.timeout = None;
         self.timer = None;
+        self.arm();
+    }
+
+    /// Never later than `at`, whatever the timeout is or becomes.
+    pub(super) fn cap(&mut self, at: Instant) {
+        self.not_after = Some(self.not_after.map_or(at, |cap| cap.min(at)));
+        self.arm();
     }
 
     pub(super) fn set_max_total(&mut self, max_total: Duration) {
@@ -57,13 +68,20 @@ impl Timeout {
         self.timer.as_ref().map(|timer| timer.deadline.at())
     }
 
-    /// (Re)make the deadline from the call's start, as the timeout and the maximum now stand. A maximum without a
-    /// timeout makes none.
+    /// (Re)make the deadline from the call's start, as the timeout, the maximum and the cap now stand. A maximum
+    /// without a timeout makes none; a cap without a timeout is the deadline.
     fn arm(&mut self) {
-        let Some(timeout) = self.timeout else {
-            return;
+        let deadline = match (self.timeout, self.not_after) {
+            (Some(timeout), cap) => {
+                let deadline = Deadline::new(self.started, timeout, self.max_total);
+                match cap {
+                    Some(cap) => deadline.not_after(cap),
+                    None => deadline,
+                }
+            }
+            (None, Some(cap)) => Deadline::fixed(cap, Duration::ZERO),
+            (None, None) => return,
         };
-        let deadline = Deadline::new(self.started, timeout, self.max_total);
         let at = deadline.at();
         match &mut self.timer {
             Some(timer) => {

@@ -53,6 +53,8 @@ pub(super) enum Refused {
     ParentCancelled,
     /// The conversation's revision has no such request from this side: [`PeerError::NotAllowed`].
     NotAllowed,
+    /// Its parent request's deadline left it less than a millisecond: [`PeerError::TimedOut`].
+    DeadlinePassed,
 }
 
 impl From<Refused> for PeerError {
@@ -60,18 +62,21 @@ impl From<Refused> for PeerError {
         match refused {
             Refused::ParentCancelled => PeerError::Cancelled,
             Refused::NotAllowed => PeerError::NotAllowed,
+            Refused::DeadlinePassed => PeerError::TimedOut,
         }
     }
 }
 
 impl PeerCall {
-    /// A call of `peer` waiting for `reply`, with the handle's parent and default timeout.
+    /// A call of `peer` waiting for `reply`, with the handle's parent and default timeout, never running past
+    /// `not_after` (the parent request's deadline, as it stood when the call was made).
     pub(super) fn new(
         peer: Peer,
         id: Id,
         method: String,
         reply: oneshot::Receiver<Answer>,
         progress: Option<Arc<ProgressSlot>>,
+        not_after: Option<Instant>,
     ) -> Self {
         let token = peer.parent.as_ref().map(Parent::token);
         let side = Side {
@@ -90,6 +95,9 @@ impl PeerCall {
         }
         if let Some(timeout) = peer.default_timeout {
             call = call.timeout(timeout);
+        }
+        if let Some(at) = not_after {
+            call = call.not_after(at);
         }
         Self { call }
     }
@@ -120,7 +128,8 @@ impl PeerCall {
     }
 
     /// Stop after `timeout` (from when the call was made), sending the cancel, instead of after the handle's default
-    /// ([`Peer::DEFAULT_TIMEOUT`] unless the handle set another).
+    /// ([`Peer::DEFAULT_TIMEOUT`] unless the handle set another). A call made inside a handler whose request has a
+    /// deadline still stops at that deadline if it comes first: a longer timeout never extends it.
     pub fn timeout(self, timeout: Duration) -> Self {
         Self {
             call: self.call.timeout(timeout),
@@ -128,7 +137,7 @@ impl PeerCall {
     }
 
     /// Wait without a timeout (for the answer, a token, the parent's cancel or the call's drop), whatever the
-    /// handle's default.
+    /// handle's default; but not past the deadline of the request the call was made for, if it has one.
     pub fn no_timeout(self) -> Self {
         Self {
             call: self.call.no_timeout(),
@@ -191,6 +200,12 @@ impl Future for PeerCall {
         if this.call.is_ended() {
             // Never sent, or polled again after its end.
             let refused = this.call.owner_mut().refused.take();
+            if let (Some(Refused::DeadlinePassed), Some(parent)) =
+                (refused, &this.call.owner().parent)
+            {
+                // The parent's deadline has passed: it times out now, not with its handler's answer to this.
+                parent.expire_if_passed();
+            }
             return Poll::Ready(Err(refused.map_or(PeerError::Closed, PeerError::from)));
         }
         let (error, reason) = match ready!(Pin::new(&mut this.call).poll(cx)) {
@@ -207,7 +222,14 @@ impl Future for PeerCall {
                 PeerError::Cancelled,
                 CancelReason::local("cancelled by the caller"),
             ),
-            Event::TimedOut => (PeerError::TimedOut, CancelReason::Timeout),
+            Event::TimedOut => {
+                // The cap may be what fired: the parent's deadline passed, and the parent times out with it (its
+                // handler is about to see this error in the same instant, and must not answer in its place).
+                if let Some(parent) = &this.call.owner().parent {
+                    parent.expire_if_passed();
+                }
+                (PeerError::TimedOut, CancelReason::Timeout)
+            }
         };
         this.stop(error, &reason)
     }

@@ -85,7 +85,7 @@ use std::{
 
 use serde::Serialize;
 use serde_json::Value;
-use tokio::sync::oneshot;
+use tokio::{sync::oneshot, time::Instant};
 use tokio_util::sync::CancellationToken;
 
 pub use self::{call::PeerCall, error::PeerError};
@@ -95,6 +95,7 @@ use self::{
     table::{Pending, Table},
 };
 use crate::{
+    context::RequestContext,
     dialect::{Dialect, Recognized},
     lifecycle::Lifecycle,
     message::{Id, Response, WireRequest},
@@ -127,6 +128,13 @@ struct Shared {
     // Set for the peer of an exchange (see `Scope::connect_exchange`): the calls of every exchange of its scope
     // are numbered together, and a reply arriving on any of them reaches the one that made the call.
     exchanges: Option<Arc<Exchanges>>,
+}
+
+/// The deadline a child handle's call inherits from its parent request: when, and the time left when it was made.
+#[derive(Clone, Copy)]
+struct Inherited {
+    at: Instant,
+    remaining: Duration,
 }
 
 #[derive(Default)]
@@ -191,6 +199,16 @@ impl Peer {
         self.child(Parent::Token(parent))
     }
 
+    /// A handle whose calls are children of the request of `context`, a request served on any connection (a
+    /// proxy's handler calling another connection's peer): they are cancelled with it, as with
+    /// [`child_of`](Self::child_of) its token, and they carry its deadline, as the handle of
+    /// [`Request::peer`](crate::Request::peer) does (see [crate docs](crate#deadlines-across-hops)): each call
+    /// stops at the request's deadline at the latest, and the time left is written in its params for the next
+    /// hop.
+    pub fn child_of_context(&self, context: &RequestContext) -> Self {
+        self.child_of_request(context.lifecycle().clone())
+    }
+
     /// A handle whose calls are children of the request of `lifecycle` (what [`child_of`](Self::child_of) does
     /// with the request's token, without making the token until a call needs it).
     pub(crate) fn child_of_request(&self, lifecycle: Arc<Lifecycle>) -> Self {
@@ -226,11 +244,24 @@ impl Peer {
 
     /// Send a request. The returned future resolves to the result; see the [module docs](self) for what
     /// dropping it, its token and its timeout do.
+    ///
+    /// Made through a handle of a request with a deadline ([`Request::peer`](crate::Request::peer),
+    /// [`child_of_context`](Self::child_of_context)), the call stops at that deadline at the latest, and the
+    /// params carry the time left for the next hop (see [crate docs](crate#deadlines-across-hops)).
     pub fn request(&self, method: impl Into<String>, params: impl Serialize) -> PeerCall {
         let method = method.into();
         let id = self.next_id();
-        let request = WireRequest::new(id.clone(), method.clone(), params);
-        self.send(id, method, request, None)
+        let inherited = self.inherited_deadline();
+        let request = match &inherited {
+            // The wire of a call without a parent's deadline is what it always was: params serialized once.
+            None => WireRequest::new(id.clone(), method.clone(), params),
+            Some(inherited) => {
+                let mut params = serde_json::to_value(params).unwrap_or(Value::Null);
+                self.attach_deadline(&mut params, inherited);
+                WireRequest::new(id.clone(), method.clone(), params)
+            }
+        };
+        self.send(id, method, request, None, inherited)
     }
 
     /// Send a request that asks for progress (MCP's `_meta.progressToken`, LSP's `workDoneToken`, set to the
@@ -253,8 +284,47 @@ impl Peer {
             .dialect
             .attach_progress_token(&mut params, &token)
             .then(|| Arc::new(ProgressSlot::new(on_progress)));
+        let inherited = self.inherited_deadline();
+        if let Some(inherited) = &inherited {
+            self.attach_deadline(&mut params, inherited);
+        }
         let request = WireRequest::new(id.clone(), method.clone(), params);
-        self.send(id, method, request, progress)
+        self.send(id, method, request, progress, inherited)
+    }
+
+    /// The parent request's deadline, as it stands now, and the time left until it, if the handle has a parent
+    /// with one.
+    fn inherited_deadline(&self) -> Option<Inherited> {
+        let at = self.parent.as_ref()?.deadline()?;
+        Some(Inherited {
+            at,
+            remaining: at.saturating_duration_since(Instant::now()),
+        })
+    }
+
+    /// Write the time the call has in its params, for the next hop: the parent's time left, or the handle's
+    /// default timeout where that is shorter. Whole milliseconds, rounded down: a hop never extends the deadline.
+    fn attach_deadline(&self, params: &mut Value, inherited: &Inherited) {
+        let Some(parent) = &self.parent else {
+            return;
+        };
+        let remaining = match self.default_timeout {
+            Some(own) => inherited.remaining.min(own),
+            None => inherited.remaining,
+        };
+        let remaining =
+            Duration::from_millis(u64::try_from(remaining.as_millis()).unwrap_or(u64::MAX));
+        let field = parent.deadline_field();
+        if !self
+            .shared
+            .dialect
+            .attach_deadline(params, field, remaining)
+        {
+            tracing::trace!(
+                field,
+                "the call's remaining time not written: no room in its params"
+            );
+        }
     }
 
     fn next_id(&self) -> Id {
@@ -270,6 +340,7 @@ impl Peer {
         method: String,
         request: WireRequest,
         progress: Option<Arc<ProgressSlot>>,
+        inherited: Option<Inherited>,
     ) -> PeerCall {
         let (tx, rx) = oneshot::channel();
         let call = PeerCall::new(
@@ -278,6 +349,7 @@ impl Peer {
             method.clone(),
             rx,
             progress.clone(),
+            inherited.as_ref().map(|inherited| inherited.at),
         );
         // In the table before it is written, so that no reply can come before its call is there; and only while
         // the connection is open, checked in the same step as the insert (see `table`).
@@ -305,6 +377,13 @@ impl Peer {
         if self.parent.as_ref().is_some_and(Parent::is_cancelled) {
             self.shared.forget(&id);
             return call.refused();
+        }
+        // Its parent's deadline leaves it less than a millisecond, which the next hop would read as none left: the
+        // call could only time out, after the peer had started a handler for it.
+        if inherited.is_some_and(|inherited| inherited.remaining < Duration::from_millis(1)) {
+            tracing::debug!(%id, "request not sent: its parent's deadline has passed");
+            self.shared.forget(&id);
+            return call.refused_for(call::Refused::DeadlinePassed);
         }
         // Before it is written: the peer may cancel a progress token the moment it answered its creation.
         self.bind_created_progress(&request);

@@ -2,9 +2,13 @@
 
 use std::sync::Arc;
 
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::lifecycle::Lifecycle;
+use crate::{
+    lifecycle::{Deadline, Lifecycle, DEADLINE_FIELD},
+    reason::CancelReason,
+};
 
 /// What a child handle's calls are cancelled with.
 #[derive(Clone, Debug)]
@@ -31,6 +35,37 @@ impl Parent {
         match self {
             Parent::Token(token) => token.clone(),
             Parent::Request(lifecycle) => lifecycle.token().clone(),
+        }
+    }
+
+    /// The parent request's deadline as it stands now, if it has one (a token carries none).
+    pub(crate) fn deadline(&self) -> Option<Instant> {
+        match self {
+            Parent::Token(_) => None,
+            Parent::Request(lifecycle) => lifecycle.deadline().map(Deadline::at),
+        }
+    }
+
+    /// The `_meta` field the parent request's deadline came in: its calls write their remaining time there.
+    pub(crate) fn deadline_field(&self) -> &str {
+        match self {
+            Parent::Request(lifecycle) => lifecycle.deadline_field().map_or(DEADLINE_FIELD, |f| f),
+            Parent::Token(_) => DEADLINE_FIELD,
+        }
+    }
+
+    /// The parent request's deadline has passed: it times out now, as its timeout layer is about to say. A call
+    /// whose cap (the parent's deadline) fired first does this, so that the parent's answer is its timeout reply
+    /// rather than whatever its handler makes of the call's error in the same instant. A deadline pushed back
+    /// since (an idle one) has not passed: nothing happens.
+    pub(crate) fn expire_if_passed(&self) {
+        if let Parent::Request(lifecycle) = self {
+            if lifecycle
+                .deadline()
+                .is_some_and(|d| d.at() <= Instant::now())
+            {
+                lifecycle.cancel(CancelReason::Timeout);
+            }
         }
     }
 }

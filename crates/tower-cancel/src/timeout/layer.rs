@@ -14,7 +14,7 @@ pub struct TimeoutLayer {
 pub(crate) struct Config {
     pub(crate) default: Option<Duration>,
     pub(crate) per_method: HashMap<String, Duration>,
-    pub(crate) meta_field: Option<String>,
+    pub(crate) meta_field: Option<Arc<str>>,
     pub(crate) max_total: Option<Duration>,
 }
 
@@ -52,8 +52,12 @@ impl TimeoutLayer {
     /// request's own timeout applies where it is shorter than its method's or the default one (a peer cannot
     /// extend the server's limits); with neither, it applies as it is. Reading it parses the params, so this costs
     /// a little on every request.
+    ///
+    /// The requests a handler sends on through its request's [`Peer`](crate::Peer) carry the time that is left
+    /// in the same field, for the next hop's layer (see [crate docs](crate#deadlines-across-hops)).
     pub fn from_meta(mut self, field: impl Into<String>) -> Self {
-        self.config_mut().meta_field = Some(field.into());
+        let field: String = field.into();
+        self.config_mut().meta_field = Some(Arc::from(field));
         self
     }
 

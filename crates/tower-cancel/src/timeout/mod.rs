@@ -68,7 +68,7 @@ use tokio::time::Instant;
 use tower_service::Service;
 
 pub use self::{future::ResponseFuture, layer::TimeoutLayer};
-pub use crate::lifecycle::Deadline;
+pub use crate::lifecycle::{Deadline, DEADLINE_FIELD};
 use crate::{lifecycle::after, outcome::BoxError, request::Request};
 use layer::Config;
 
@@ -98,6 +98,10 @@ impl<S> Timeout<S> {
 
     fn has_rules(&self) -> bool {
         self.config.as_deref().is_some_and(Config::has_rules)
+    }
+
+    fn meta_field(&self) -> Option<&Arc<str>> {
+        self.config.as_deref()?.meta_field.as_ref()
     }
 
     fn max_total(&self) -> Option<Duration> {
@@ -207,7 +211,10 @@ where
         };
         // A timeout is a cancellation: a request that cannot be cancelled (`initialize`) takes no deadline. An
         // outer timeout layer may have set one already; the first one set counts, and it is the one slept on.
-        context.set_deadline(Deadline::new(now, timeout, self.max_total()));
+        let taken = context.set_deadline(Deadline::new(now, timeout, self.max_total()));
+        if let (true, Some(field)) = (taken, self.meta_field()) {
+            context.lifecycle().set_deadline_field(field.clone());
+        }
         let Some(deadline) = context.deadline() else {
             return ResponseFuture::new(inner, req, None, None);
         };
