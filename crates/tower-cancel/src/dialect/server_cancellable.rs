@@ -102,4 +102,8 @@ impl<D: Dialect> Dialect for ServerCancellable<D> {
     fn attach_progress_token(&self, params: &mut Value, token: &Value) -> bool {
         self.dialect.attach_progress_token(params, token)
     }
+
+    fn carries_trace_context(&self) -> bool {
+        self.dialect.carries_trace_context()
+    }
 }

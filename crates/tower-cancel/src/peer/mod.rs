@@ -101,6 +101,7 @@ use crate::{
     progress_update::ProgressUpdate,
     reason::CancelReason,
     session::SessionState,
+    trace_context,
 };
 
 /// The other side of a connection, as this side sends to it. Cloning gives another handle to the same peer.
@@ -223,7 +224,15 @@ impl Peer {
     pub fn request(&self, method: impl Into<String>, params: impl Serialize) -> PeerCall {
         let method = method.into();
         let id = self.next_id();
-        let request = WireRequest::new(id.clone(), method.clone(), params);
+        let request = match trace_context::outgoing(&*self.shared.dialect) {
+            // The current span's trace context in `_meta` (the `opentelemetry` feature).
+            Some(fields) => {
+                let mut params = serde_json::to_value(params).unwrap_or(Value::Null);
+                trace_context::write_outgoing(&mut params, fields);
+                WireRequest::new(id.clone(), method.clone(), params)
+            }
+            None => WireRequest::new(id.clone(), method.clone(), params),
+        };
         self.send(id, method, request, None)
     }
 
@@ -247,6 +256,9 @@ impl Peer {
             .dialect
             .attach_progress_token(&mut params, &token)
             .then(|| Arc::new(ProgressSlot::new(on_progress)));
+        if let Some(fields) = trace_context::outgoing(&*self.shared.dialect) {
+            trace_context::write_outgoing(&mut params, fields);
+        }
         let request = WireRequest::new(id.clone(), method.clone(), params);
         self.send(id, method, request, progress)
     }
