@@ -117,6 +117,32 @@
 //! [`cancel`] says when each outcome is given. With DEBUG off, a request pays one check of the span's callsite
 //! and keeps no span.
 //!
+//! The span is also an OpenTelemetry server span, through
+//! [tracing-opentelemetry](https://docs.rs/tracing-opentelemetry/0.34)'s layer: `otel.name` (the method),
+//! `otel.kind = server`, `rpc.system = jsonrpc`, `rpc.method`, `rpc.jsonrpc.request_id`, `rpc.jsonrpc.version`, and
+//! when it ends `rpc.jsonrpc.error_code` (the code of the error reply the request got: its dialect's cancelled
+//! reply, or the handler's error; none where the dialect answers nothing, as MCP a peer's cancel), `error.type`
+//! (the cancel's `reason`, or the handler's error code) and the status: `otel.status_code = error` with the reply's
+//! message for a timeout and for a handler that failed or panicked, unset otherwise. A peer's cancel is not an error
+//! here: the caller got what it asked for, and OpenTelemetry's conventions have not settled whether a cancel is
+//! one. The RPC fields are written a second time in the semantic conventions' current names (`rpc.system.name`,
+//! `jsonrpc.request.id`, `jsonrpc.protocol.version`, `rpc.response.status_code` as a string): the first names are
+//! deprecated since semconv 1.38, and both are written during the change, as semconv's own migration does.
+//!
+//! A cancelled request's span gets one INFO event `cancel` when the cancel layer first sees the cancel (or at its
+//! end, for a future dropped before it did), with `cancel.reason` (as `reason`), `cancel.source` (`peer`: the
+//! peer's cancel or hang-up; `local`: a timeout, a shutdown, a parent's cancel, this side's code) and
+//! `cancel.text` (the peer's or the code's reason text, if any).
+//!
+//! With the `opentelemetry` feature, a dialect that carries a W3C trace context in `params._meta`
+//! ([`Dialect::carries_trace_context`]: MCP's SEP-414 `traceparent`, `tracestate`, `baggage`; ACP the same; not
+//! LSP) joins the caller's trace: the context an incoming request carries becomes its span's parent, and a
+//! [`Peer`]'s requests carry the current span's context (a handler's calls through [`Request::peer`] run inside
+//! the request's span, so the callee's spans are its children; a call moved onto a task of its own needs
+//! `.instrument(Span::current())`). Both go through the application's global propagator
+//! (`opentelemetry::global::set_text_map_propagator`), which chooses the keys; empty values are not written. The
+//! `otel` example exports it all over OTLP.
+//!
 //! # Feature flags
 //!
 //! - `metrics` (off by default): an operator's counters and a latency histogram, recorded through the
@@ -134,6 +160,10 @@
 //!
 //!   `dialect` is [`Dialect::name`] (`lsp`, `acp`, `acp-draft`, `mcp`, ...); `reason` is the cancel's source
 //!   (`peer`, `timeout`, `disconnect`, `shutdown`, `parent`, `local`).
+//! - `opentelemetry` (off by default): the W3C trace context of `params._meta`, read into each request's span and
+//!   written into a [`Peer`]'s requests (see "Tracing" above), through
+//!   [opentelemetry](https://docs.rs/opentelemetry/0.33) 0.33 and tracing-opentelemetry 0.34. Off, the crate
+//!   depends on neither and reads no `_meta`; the span's OpenTelemetry fields are there either way.
 
 #![forbid(unsafe_code)]
 
@@ -161,6 +191,7 @@ pub mod scope;
 mod session;
 mod stack;
 pub mod timeout;
+mod trace_context;
 pub mod unwind;
 mod window;
 

@@ -17,6 +17,7 @@ use crate::{
     registry::DuplicateId,
     request::Request,
     scope::Connection,
+    trace_context,
 };
 
 /// What became of a message at the cancel layer.
@@ -85,6 +86,8 @@ pub(super) fn admit<X: Dialect + ?Sized>(
 
     dialect.observe_request(req, session);
     let span = settlement::request_span(&id, req.method());
+    // Before the span is first entered: its parent is fixed then.
+    trace_context::adopt_incoming(dialect, &span, req);
     let lifecycle = if dialect.is_cancellable(req.method(), session) {
         Lifecycle::new(id, connection.key())
     } else {
@@ -115,6 +118,12 @@ pub(super) fn admit<X: Dialect + ?Sized>(
         }
     };
     let context = RequestContext::new(lifecycle, Some(progress.clone()));
-    let settlement = Settlement::new(registration, span, DialectLabel::new(dialect.name()));
+    let settlement = Settlement::new(
+        registration,
+        span,
+        DialectLabel::new(dialect.name()),
+        progress,
+        req.method(),
+    );
     Admitted::Request(context, settlement)
 }

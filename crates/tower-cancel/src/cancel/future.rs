@@ -151,6 +151,8 @@ where
                     let lifecycle = settlement.lifecycle();
                     poll_racing(dispatch, grace, lifecycle, cx)
                 };
+                // The first poll that sees the cancel is when this layer acts on it: the span's `cancel` event.
+                settlement.note_cancel();
                 if let Poll::Ready(result) = &poll {
                     // `initialize`: its success marks the connection's session initialized.
                     if result.is_ok() && settlement.lifecycle().initializes() {

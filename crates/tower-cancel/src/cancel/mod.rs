@@ -45,7 +45,8 @@
 //! | `dropped` | a request that can never be cancelled (`initialize`) whose future was dropped before it answered |
 //!
 //! The span is kept with the request only when a subscriber enables it; otherwise the request keeps an empty
-//! pointer-sized slot.
+//! pointer-sized slot. An enabled span also gets the OpenTelemetry fields of the request's reply and status, and a
+//! `cancel` event when the cancel is first seen (the crate docs' "Tracing").
 //!
 //! # Backpressure
 //!
@@ -82,6 +83,7 @@ mod future;
 mod group_by;
 mod layer;
 mod settlement;
+mod traced;
 
 use std::{
     fmt,

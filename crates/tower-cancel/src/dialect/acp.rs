@@ -107,6 +107,11 @@ impl Dialect for Acp {
     fn cancel_message(&self, id: &Id, _reason: &CancelReason) -> WireRequest {
         WireRequest::notification(Self::CANCEL_METHOD, json!({ "requestId": id }))
     }
+
+    /// ACP's `_meta` carries `traceparent`, `tracestate` and `baggage`, as MCP's does.
+    fn carries_trace_context(&self) -> bool {
+        true
+    }
 }
 
 /// The first draft of ACP's request cancellation: `$/cancelRequest {"id": …}` behind the `cancellation.request`
@@ -250,5 +255,9 @@ impl Dialect for AcpDraft {
 
     fn may_send_cancel(&self, method: &str, session: &SessionState) -> bool {
         method != "initialize" && session.is_initialized() && session.peer_accepts_cancel()
+    }
+
+    fn carries_trace_context(&self) -> bool {
+        true
     }
 }

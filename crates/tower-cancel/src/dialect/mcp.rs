@@ -249,6 +249,11 @@ impl Dialect for Mcp {
         false
     }
 
+    /// SEP-414 reserves `traceparent`, `tracestate` and `baggage` in `params._meta`.
+    fn carries_trace_context(&self) -> bool {
+        true
+    }
+
     fn cancel_message(&self, id: &Id, reason: &CancelReason) -> WireRequest {
         WireRequest::notification(
             Self::CANCEL_METHOD,

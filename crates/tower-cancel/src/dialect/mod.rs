@@ -33,7 +33,7 @@ mod acp;
 mod group;
 mod lsp;
 mod mcp;
-mod meta;
+pub(crate) mod meta;
 pub mod rap;
 mod server_cancellable;
 
@@ -252,6 +252,14 @@ pub trait Dialect: Send + Sync + 'static {
     /// [`PeerError::NotAllowed`](crate::PeerError::NotAllowed)). `true` by default.
     fn may_send_request(&self, _method: &str, _session: &SessionState) -> bool {
         true
+    }
+
+    /// Whether the dialect carries a W3C trace context (`traceparent`, `tracestate`, `baggage`) in a request's
+    /// `params._meta` (MCP, SEP-414; ACP). With the `opentelemetry` feature, the cancel layer makes an incoming
+    /// request's span a child of the context it carries, and a [`Peer`](crate::Peer) writes the current span's
+    /// context into the requests it sends. `false` by default (LSP has no `_meta`).
+    fn carries_trace_context(&self) -> bool {
+        false
     }
 }
 

@@ -122,4 +122,8 @@ impl<D: Dialect> Dialect for ServerCancellable<D> {
     fn attach_deadline(&self, params: &mut Value, field: &str, remaining: Duration) -> bool {
         self.dialect.attach_deadline(params, field, remaining)
     }
+
+    fn carries_trace_context(&self) -> bool {
+        self.dialect.carries_trace_context()
+    }
 }

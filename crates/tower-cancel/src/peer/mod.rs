@@ -104,6 +104,7 @@ use crate::{
     reason::CancelReason,
     registry::Registry,
     session::SessionState,
+    trace_context,
 };
 
 /// The other side of a connection, as this side sends to it. Cloning gives another handle to the same peer.
@@ -252,14 +253,21 @@ impl Peer {
         let method = method.into();
         let id = self.next_id();
         let inherited = self.inherited_deadline();
-        let request = match &inherited {
-            // The wire of a call without a parent's deadline is what it always was: params serialized once.
-            None => WireRequest::new(id.clone(), method.clone(), params),
-            Some(inherited) => {
-                let mut params = serde_json::to_value(params).unwrap_or(Value::Null);
+        let trace = trace_context::outgoing(&*self.shared.dialect);
+        let request = if inherited.is_none() && trace.is_none() {
+            // The wire of a call without a parent's deadline or a trace context is what it always was: params
+            // serialized once.
+            WireRequest::new(id.clone(), method.clone(), params)
+        } else {
+            let mut params = serde_json::to_value(params).unwrap_or(Value::Null);
+            if let Some(inherited) = &inherited {
                 self.attach_deadline(&mut params, inherited);
-                WireRequest::new(id.clone(), method.clone(), params)
             }
+            // The current span's trace context in `_meta` (the `opentelemetry` feature).
+            if let Some(fields) = trace {
+                trace_context::write_outgoing(&mut params, fields);
+            }
+            WireRequest::new(id.clone(), method.clone(), params)
         };
         self.send(id, method, request, None, inherited)
     }
@@ -287,6 +295,9 @@ impl Peer {
         let inherited = self.inherited_deadline();
         if let Some(inherited) = &inherited {
             self.attach_deadline(&mut params, inherited);
+        }
+        if let Some(fields) = trace_context::outgoing(&*self.shared.dialect) {
+            trace_context::write_outgoing(&mut params, fields);
         }
         let request = WireRequest::new(id.clone(), method.clone(), params);
         self.send(id, method, request, progress, inherited)
