@@ -12,9 +12,14 @@ use tower_cancel_async_lsp::AdapterStats;
 
 /// The nested request the client sees, checked, and its id.
 async fn question(client: &mut common::Client) -> Value {
+    question_with(client, json!({ "q": 1 })).await
+}
+
+/// The nested request the client sees, checked against `params`, and its id.
+async fn question_with(client: &mut common::Client, params: Value) -> Value {
     let nested = client.next().await;
     assert_eq!(nested["method"], "test/question", "{nested}");
-    assert_eq!(nested["params"], json!({ "q": 1 }), "{nested}");
+    assert_eq!(nested["params"], params, "{nested}");
     nested["id"].clone()
 }
 
@@ -83,7 +88,12 @@ async fn cancelling_the_handler_cancels_its_nested_request_on_the_wire() {
 async fn a_timed_out_handler_cancels_its_nested_request_on_the_wire() {
     let mut h = start(CancelStack::lsp().timeout(Duration::from_secs(2)));
     h.client.request("ask", "test/ask", json!({ "q": 1 })).await;
-    let nested = question(&mut h.client).await;
+    // The nested request carries the time its handler's request has left (the clock is paused: all of it).
+    let nested = question_with(
+        &mut h.client,
+        json!({ "q": 1, "_meta": { "timeoutMs": 2000 } }),
+    )
+    .await;
     let messages = h.client.reply_and_cancel().await;
     assert_eq!(messages[0], cancelled("ask"));
     assert_eq!(messages[1]["method"], "$/cancelRequest");

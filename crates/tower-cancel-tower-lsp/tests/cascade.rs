@@ -84,7 +84,8 @@ async fn a_handler_gets_the_clients_answer() {
 async fn a_timed_out_handler_cancels_its_request_to_the_client() {
     let mut peer = Peer::start(TimeoutLayer::new(Duration::from_secs(2))).await;
     peer.request(json!(4), "test/ask", json!({"q": 4})).await;
-    let nested = question(&mut peer, &json!({"q": 4})).await;
+    // The nested request carries the time its handler's request has left (the clock is paused: all of it).
+    let nested = question(&mut peer, &json!({"q": 4, "_meta": {"timeoutMs": 2000}})).await;
     next_two(&mut peer, [cancelled("4"), cancel_of(&nested)]).await;
     assert_eq!(peer.counters.get(), (1, 0, 1));
     settle().await;

@@ -78,7 +78,13 @@ impl Settlement {
         }
         let span = (!span.is_disabled()).then(|| {
             let server_cancellable = replies.is_server_cancellable(method);
-            Box::new(Traced::new(span, replies.clone(), server_cancellable))
+            let answers_group = replies.answers_group_cancel(method);
+            Box::new(Traced::new(
+                span,
+                replies.clone(),
+                server_cancellable,
+                answers_group,
+            ))
         });
         Self {
             registration: Some(registration),

@@ -23,16 +23,25 @@ pub(super) struct Traced {
     // code of that reply.
     dialect: Arc<dyn Dialect>,
     server_cancellable: bool,
+    // Whether a group cancel ends the request with a result rather than an error (ACP's `session/prompt`): then
+    // its reply has no error code.
+    answers_group: bool,
     // The `cancel` event was emitted: once per request.
     cancel_noted: bool,
 }
 
 impl Traced {
-    pub(super) fn new(span: Span, dialect: Arc<dyn Dialect>, server_cancellable: bool) -> Self {
+    pub(super) fn new(
+        span: Span,
+        dialect: Arc<dyn Dialect>,
+        server_cancellable: bool,
+        answers_group: bool,
+    ) -> Self {
         Self {
             span,
             dialect,
             server_cancellable,
+            answers_group,
             cancel_noted: false,
         }
     }
@@ -104,6 +113,12 @@ impl Traced {
     fn reply_error(&self, error: &BoxError) -> Option<ErrorObject> {
         match error.downcast_ref::<Cancelled>() {
             Some(cancelled) if cancelled.was_announced() => None,
+            Some(cancelled)
+                if self.answers_group
+                    && matches!(cancelled.reason(), CancelReason::Group { .. }) =>
+            {
+                None
+            }
             Some(cancelled) => {
                 match self
                     .dialect
@@ -122,7 +137,7 @@ impl Traced {
 /// shutdown, a parent's cancel, its own code).
 fn source(reason: &CancelReason) -> &'static str {
     match reason {
-        CancelReason::Peer { .. } | CancelReason::Disconnect => "peer",
+        CancelReason::Peer { .. } | CancelReason::Group { .. } | CancelReason::Disconnect => "peer",
         CancelReason::Timeout
         | CancelReason::Shutdown
         | CancelReason::Parent
