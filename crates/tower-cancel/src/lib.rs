@@ -64,6 +64,13 @@
 //! [`Request::peer`]), as its `$/cancelRequest` would: -32800, its progress ended before the reply. The notification
 //! is then passed on to the service.
 //!
+//! ACP's `session/cancel {sessionId}` ends a turn: with
+//! [`CancelStack::group_by_param("sessionId")`](CancelStack::group_by_param) every request of that session in
+//! flight is cancelled ([`CancelReason::Group`]), its `session/prompt` answering the result
+//! `{"stopReason":"cancelled"}` and the others -32800; a handler tells it from `$/cancel_request` by its
+//! [reason](RequestContext::reason). The notification is then passed on too; nothing is remembered of a cancel that
+//! found nothing in flight (the next prompt is a new turn).
+//!
 //! # Deadlines across hops
 //!
 //! A request's deadline follows the requests its handler makes, as gRPC's does. A call made through the
