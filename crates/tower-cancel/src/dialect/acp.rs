@@ -2,8 +2,8 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{
-    recognize_cancel, request_cancelled, CancelNotice, CancelledReply, Dialect, GroupCancel,
-    Recognized,
+    cancel_params, recognize_cancel, request_cancelled, CancelNotice, CancelledReply, Dialect,
+    GroupCancel, Recognized,
 };
 use crate::{
     message::{Id, WireRequest},
@@ -58,7 +58,7 @@ fn session_cancel(notification: &WireRequest) -> Option<Recognized> {
     if notification.method() != SESSION_CANCEL_METHOD {
         return None;
     }
-    let params: SessionCancelParams = notification.params_as().ok()?;
+    let params: SessionCancelParams = cancel_params(notification)?;
     let key = Id::String(params.session_id);
     Some(Recognized::CancelGroup(GroupCancel {
         reason: CancelReason::Group { key: key.clone() },
@@ -259,5 +259,41 @@ impl Dialect for AcpDraft {
 
     fn carries_trace_context(&self) -> bool {
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(dialect: &dyn Dialect, params: Value) -> Recognized {
+        let notification = WireRequest::notification(SESSION_CANCEL_METHOD, params);
+        dialect.recognize(&notification, &SessionState::default())
+    }
+
+    #[test]
+    fn session_cancel_is_a_group_cancel_of_its_session_in_both_revisions() {
+        let group = Recognized::CancelGroup(GroupCancel {
+            key: Id::from("sess-1"),
+            reason: CancelReason::Group {
+                key: Id::from("sess-1"),
+            },
+        });
+        for dialect in [&Acp as &dyn Dialect, &AcpDraft::default()] {
+            assert_eq!(read(dialect, json!({ "sessionId": "sess-1" })), group);
+        }
+    }
+
+    #[test]
+    fn session_cancel_params_of_another_shape_are_passed_on() {
+        // An array by position included: serde's derive would read `["sess-1"]` as the struct.
+        for params in [
+            json!(["sess-1"]),
+            json!({}),
+            json!({ "sessionId": 1 }),
+            json!(null),
+        ] {
+            assert_eq!(read(&Acp, params), Recognized::NotACancel);
+        }
     }
 }

@@ -2,7 +2,7 @@ use http::Extensions;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{params_object, recognize_cancel, CancelNotice, CancelledReply, Dialect, Recognized};
+use super::{meta, recognize_cancel, CancelNotice, CancelledReply, Dialect, Recognized};
 use crate::{
     message::{code, ErrorObject, Id, WireRequest},
     progress_update::{ProgressEvent, ProgressUpdate},
@@ -226,19 +226,11 @@ impl Dialect for Mcp {
     }
 
     fn attach_progress_token(&self, params: &mut Value, token: &Value) -> bool {
-        let Some(params) = params_object(params) else {
+        let Some(meta) = meta::meta_object(params) else {
             return false;
         };
-        let meta = params
-            .entry("_meta")
-            .or_insert_with(|| Value::Object(Default::default()));
-        match meta.as_object_mut() {
-            Some(meta) => {
-                meta.insert("progressToken".into(), token.clone());
-                true
-            }
-            None => false,
-        }
+        meta.insert("progressToken".into(), token.clone());
+        true
     }
 
     fn allows_partial_result(&self) -> bool {

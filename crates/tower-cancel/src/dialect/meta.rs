@@ -2,14 +2,12 @@
 
 use serde_json::{Map, Value};
 
+use super::params_object;
+
 /// The `_meta` object of `params`: `params` is made an object if it is `null`, and its `_meta` made if missing.
 /// `None` if `params` is neither an object nor `null`, or `_meta` is there and not an object.
 pub(crate) fn meta_object(params: &mut Value) -> Option<&mut Map<String, Value>> {
-    if params.is_null() {
-        *params = Value::Object(Map::new());
-    }
-    params
-        .as_object_mut()?
+    params_object(params)?
         .entry("_meta")
         .or_insert_with(|| Value::Object(Map::new()))
         .as_object_mut()

@@ -260,13 +260,7 @@ impl Peer {
             WireRequest::new(id.clone(), method.clone(), params)
         } else {
             let mut params = serde_json::to_value(params).unwrap_or(Value::Null);
-            if let Some(inherited) = &inherited {
-                self.attach_deadline(&mut params, inherited);
-            }
-            // The current span's trace context in `_meta` (the `opentelemetry` feature).
-            if let Some(fields) = trace {
-                trace_context::write_outgoing(&mut params, fields);
-            }
+            self.write_for_next_hop(&mut params, inherited.as_ref(), trace);
             WireRequest::new(id.clone(), method.clone(), params)
         };
         self.send(id, method, request, None, inherited)
@@ -293,12 +287,8 @@ impl Peer {
             .attach_progress_token(&mut params, &token)
             .then(|| Arc::new(ProgressSlot::new(on_progress)));
         let inherited = self.inherited_deadline();
-        if let Some(inherited) = &inherited {
-            self.attach_deadline(&mut params, inherited);
-        }
-        if let Some(fields) = trace_context::outgoing(&*self.shared.dialect) {
-            trace_context::write_outgoing(&mut params, fields);
-        }
+        let trace = trace_context::outgoing(&*self.shared.dialect);
+        self.write_for_next_hop(&mut params, inherited.as_ref(), trace);
         let request = WireRequest::new(id.clone(), method.clone(), params);
         self.send(id, method, request, progress, inherited)
     }
@@ -311,6 +301,22 @@ impl Peer {
             at,
             remaining: at.saturating_duration_since(Instant::now()),
         })
+    }
+
+    /// Write into a call's params what the next hop reads from its `_meta`: the time the call has (`inherited`),
+    /// and the current span's trace context (`trace`, the `opentelemetry` feature).
+    fn write_for_next_hop(
+        &self,
+        params: &mut Value,
+        inherited: Option<&Inherited>,
+        trace: Option<Vec<(String, String)>>,
+    ) {
+        if let Some(inherited) = inherited {
+            self.attach_deadline(params, inherited);
+        }
+        if let Some(fields) = trace {
+            trace_context::write_outgoing(params, fields);
+        }
     }
 
     /// Write the time the call has in its params, for the next hop: the parent's time left, or the handle's
