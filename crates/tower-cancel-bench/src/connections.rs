@@ -32,10 +32,11 @@ use crate::{
     workload,
 };
 
-/// The targets of figure 11: ours, the hand-written baseline, and the two LSP peers at the work's need.
-pub const TARGETS: [Target; 4] = [
+/// The targets of figure 11: ours, the hand-written baseline (both variants), the two LSP peers at the work's need.
+pub const TARGETS: [Target; 5] = [
     LSP_STACK,
-    peers::BASELINE,
+    peers::BASELINE_SPAWNED,
+    peers::BASELINE_INLINE,
     peers::TOWER_LSP,
     peers::ASYNC_LSP,
 ];

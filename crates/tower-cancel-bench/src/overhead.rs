@@ -7,8 +7,17 @@
 //!   timeout: the stack registers the waker, the timeout arms its timer;
 //! - a string id (a UUID's 36 characters, as MCP clients send them) and 4 KiB params.
 //!
+//! Then the connection path: the same plain and awaiting shapes with requests as the `tower-cancel-io` driver makes
+//! them, each read by a [`Connection`] (`Connection::receive` of the parsed message, which ties the request to
+//! its connection), of a scope speaking the stack's dialect as `Server::with_stack` makes it, so the connection
+//! has a [`Peer`](tower_cancel::Peer): the stack registers the request in the connection's scope, counts it in
+//! the connection, and its cascade layer gives the handler a child of that peer. Its own bare service is the same
+//! service over the same requests. A last row has the handler take its child peer (`Request::peer`), as one that
+//! calls the client back does.
+//!
 //! Beside the stack, the hand-written baseline ([`peers::baseline::Service`]): what a user without this library
-//! wraps a service in (a token in a map per request, `tokio::select!` against it, the entry removed at the end).
+//! wraps a service in (a token in a map per request, the inner future raced against it, the entry removed at the
+//! end).
 
 use std::{
     future::Future,
@@ -24,8 +33,8 @@ use tower::{service_fn, Layer, Service};
 use tower_cancel::{
     bus::{LocalBus, Replica},
     dialect::{Lsp, Mcp},
-    BoxError, CancelLayer, CancelStack, CascadeLayer, ErrorMapLayer, Id, Outbox, Request, Response,
-    Scope, TimeoutLayer,
+    BoxError, CancelLayer, CancelStack, CascadeLayer, Connection, ErrorMapLayer, Id, Incoming,
+    Message, Outbox, Request, Response, Scope, TimeoutLayer,
 };
 
 use crate::peers;
@@ -73,6 +82,16 @@ pub const BARE_STRING_ID: usize = 14;
 pub const STACK_ACP_PROMPT: usize = 16;
 /// The index of the same, grouped by `sessionId` at admission.
 pub const STACK_ACP_PROMPT_GROUPED: usize = 17;
+/// The index of the bare service over requests read by a connection (the connection path).
+pub const BARE_CONNECTION: usize = 18;
+/// The index of the full default stack over requests read by a connection, handler ready at once.
+pub const STACK_CONNECTION: usize = 19;
+/// The index of the bare service over requests read by a connection, handler that awaits once.
+pub const BARE_CONNECTION_YIELDING: usize = 20;
+/// The index of the full default stack over requests read by a connection, handler that awaits once.
+pub const STACK_CONNECTION_YIELDING: usize = 21;
+/// The index of the full default stack over requests read by a connection, the handler taking its child peer.
+pub const STACK_CONNECTION_CHILD_PEER: usize = 22;
 
 /// The variants measured: the request alone, then for each shape its bare service followed by the layers or stacks
 /// over it.
@@ -116,7 +135,7 @@ pub fn variants() -> Vec<Variant> {
             call(CancelStack::lsp().layer(service_fn(trivial)), request),
         ),
         with(
-            "hand-written: map of tokens, select! (what users would otherwise write)",
+            "hand-written: map of tokens, the handler raced against its token (what users would otherwise write)",
             Some(BARE),
             call(peers::baseline::Service::new(service_fn(bare)), request),
         ),
@@ -194,7 +213,50 @@ pub fn variants() -> Vec<Variant> {
                 acp_prompt,
             ),
         ),
+        with(
+            "bare service, requests read by a connection (connection path)",
+            None,
+            call(service_fn(bare), on_connection()),
+        ),
+        with(
+            "CancelStack::lsp(), requests read by a connection (connection path)",
+            Some(BARE_CONNECTION),
+            call(CancelStack::lsp().layer(service_fn(trivial)), on_connection()),
+        ),
+        with(
+            "bare service, handler awaits once, requests read by a connection (connection path)",
+            None,
+            call(service_fn(bare_yielding), on_connection()),
+        ),
+        with(
+            "CancelStack::lsp(), handler awaits once, requests read by a connection (connection path)",
+            Some(BARE_CONNECTION_YIELDING),
+            call(CancelStack::lsp().layer(service_fn(yielding)), on_connection()),
+        ),
+        with(
+            "CancelStack::lsp(), requests read by a connection, the handler takes its child peer (cascade)",
+            Some(BARE_CONNECTION),
+            call(
+                CancelStack::lsp().layer(service_fn(taking_child_peer)),
+                on_connection(),
+            ),
+        ),
     ]
+}
+
+/// Requests as the `tower-cancel-io` driver makes them: the parsed message received by a connection of a scope
+/// that speaks LSP, as `Server::with_stack(CancelStack::lsp(), ..)` makes it (so it has a peer for the cascade
+/// layer's child). The outbox's receiving end lives as long as the requests are made, as the driver's writer does.
+fn on_connection() -> impl FnMut(i64) -> Request {
+    let (outbox, receiver) = Outbox::new();
+    let connection: Connection = CancelStack::lsp().scope().connect(outbox);
+    move |id| {
+        let _ = &receiver;
+        match connection.receive(Message::Request(request(id))) {
+            Incoming::Request(request) => request,
+            other => panic!("a request is handed back to the stack, not {other:?}"),
+        }
+    }
 }
 
 /// An ACP `session/prompt` as the SDK sends it: its session id after a short prompt, so that grouping reads past
@@ -256,6 +318,16 @@ fn bare(req: Request) -> future::Ready<Result<Option<Response>, BoxError>> {
         .id()
         .cloned()
         .map(|id| Response::ok(id, Value::Bool(true)))))
+}
+
+/// A handler that takes its child peer (as one that calls the client back does) and answers at once.
+fn taking_child_peer(req: Request) -> future::Ready<Result<Value, BoxError>> {
+    let peer = req.peer();
+    assert!(
+        peer.is_some(),
+        "a request read by a connection with a peer gets a child of it"
+    );
+    future::ready(Ok(Value::Bool(true)))
 }
 
 async fn yielding(req: Request) -> Result<Value, BoxError> {

@@ -56,11 +56,19 @@ pub const ASYNC_LSP_ADAPTED: Target = Target {
     serve: async_lsp_adapted::serve,
 };
 
-/// The hand-written baseline: what a user without this library writes (a map of tokens, `tokio::select!`).
-pub const BASELINE: Target = Target {
-    name: "hand-written (map of tokens, select!)",
+/// The hand-written baseline, each request spawned: what a user without this library writes (a map of tokens,
+/// `tokio::select!` against each request's token, each request on a task of its own).
+pub const BASELINE_SPAWNED: Target = Target {
+    name: "hand-written (map of tokens, select!, spawned)",
     protocol: Protocol::Lsp,
-    serve: baseline::serve,
+    serve: baseline::spawned::serve,
+};
+
+/// The hand-written baseline, every request polled inline by the read loop (a `FuturesUnordered`, no spawn).
+pub const BASELINE_INLINE: Target = Target {
+    name: "hand-written (map of tokens, select!, inline)",
+    protocol: Protocol::Lsp,
+    serve: baseline::inline::serve,
 };
 
 /// rmcp, the official Rust SDK of MCP.
@@ -101,7 +109,8 @@ pub const ALL: &[Target] = &[
     ASYNC_LSP,
     ASYNC_LSP_DEFAULTS,
     ASYNC_LSP_ADAPTED,
-    BASELINE,
+    BASELINE_SPAWNED,
+    BASELINE_INLINE,
     RMCP,
     RMCP_ADAPTED,
 ];

@@ -12,10 +12,14 @@ use crate::{
     plot::Bars,
     report::{percentile, Table},
     run::on_fresh_runtime as run,
-    stats::Interval,
+    stats::{Interval, Verdict},
     target::{Protocol, Target},
     targets::Targets,
 };
+
+/// The goal of another connection's p99 while a connection holding many requests closes (table B), µs: issue 30's
+/// 10 ms.
+const CLOSE_STALL_TARGET_US: f64 = 10_000.0;
 
 /// The sizes of figure 10.
 #[derive(Clone, Copy, Debug)]
@@ -320,9 +324,17 @@ fn close_table(
             },
         ]);
         if name.starts_with("over") {
+            // A round whose p99 fell among B's missed requests misses the goal.
+            let verdict = match per_round(99.0).into_iter().collect::<Option<Vec<f64>>>() {
+                Some(p99s) if !p99s.is_empty() && missed == 0 => {
+                    Interval::of(&p99s).at_most(CLOSE_STALL_TARGET_US)
+                }
+                _ => Verdict::Missed,
+            };
             targets.add(
                 &format!(
-                    "(what closing a connection with {} held costs another connection, reported)",
+                    "another connection's p99 at most {} ms while a connection holding {} requests closes",
+                    CLOSE_STALL_TARGET_US / 1000.0,
                     sizes.close_held
                 ),
                 format!(
@@ -332,7 +344,7 @@ fn close_table(
                     took.show(1)
                 ),
                 "10",
-                "reported",
+                verdict,
             );
         }
     }
