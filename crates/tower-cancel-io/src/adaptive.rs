@@ -26,11 +26,16 @@ pub(crate) const SPAWN_FIRST_ABOVE: Duration = Duration::from_micros(10);
 /// handlers take about the threshold does not switch at every request.
 pub(crate) const POLL_FIRST_BELOW: Duration = Duration::from_micros(5);
 
+/// A first poll counts for at most this long in the mean: a poll that took longer because its thread was
+/// preempted (a loaded machine) must not switch the connection alone, and a run of long ones switches it within
+/// three requests however long they are.
+pub(crate) const SAMPLE_CAP: Duration = Duration::from_micros(32);
+
 /// While requests are spawned from the start, one in this many is still polled in place and timed.
 pub(crate) const PROBE_EVERY: u32 = 64;
 
-/// The weight of the newest first poll in the mean, as a power of two (1/8): a single slow poll (the thread
-/// preempted once) does not switch the connection; a run of them does, within a few requests.
+/// The weight of the newest first poll in the mean, as a power of two (1/8): with [`SAMPLE_CAP`], a single slow
+/// poll does not switch the connection; a run of them does, within three requests.
 const MEAN_SHIFT: u32 = 3;
 
 /// What the adaptive mode knows of a connection's handlers: the moving mean of their first polls.
@@ -68,7 +73,7 @@ impl Pace {
     }
 
     fn record(&mut self, took: Duration) {
-        let took = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
+        let took = u64::try_from(took.min(SAMPLE_CAP).as_nanos()).unwrap_or(u64::MAX);
         // mean += (took - mean) / 8, in integers that cannot overflow.
         self.mean_ns = self.mean_ns - (self.mean_ns >> MEAN_SHIFT) + (took >> MEAN_SHIFT);
         let mean = Duration::from_nanos(self.mean_ns);
@@ -100,18 +105,21 @@ mod tests {
     }
 
     #[test]
-    fn one_slow_first_poll_among_quick_ones_does_not_switch() {
+    fn one_or_two_slow_first_polls_among_quick_ones_do_not_switch() {
+        // However slow: a thread preempted for a whole time slice in the middle of a quick poll.
         let mut pace = Pace::default();
         record_times(&mut pace, Duration::from_micros(1), 100);
-        pace.record(Duration::from_micros(60));
+        record_times(&mut pace, Duration::from_secs(1), 2);
         assert!(!pace.spawn_first);
     }
 
     #[test]
     fn a_run_of_slow_first_polls_switches_and_quick_ones_switch_back() {
         let mut pace = Pace::default();
-        record_times(&mut pace, Duration::from_micros(50), 3);
-        assert!(pace.spawn_first);
+        record_times(&mut pace, Duration::from_micros(50), 2);
+        assert!(!pace.spawn_first);
+        pace.record(Duration::from_micros(50));
+        assert!(pace.spawn_first, "the third in a row switches");
         // Between the two thresholds: no switch either way.
         record_times(&mut pace, Duration::from_micros(7), 100);
         assert!(pace.spawn_first);
