@@ -6,8 +6,8 @@
 //! request_modes ROUNDS NAME...   # e.g. request_modes 5 "tower-cancel (LSP)" "tower-cancel (LSP), requests adaptive"
 //! ```
 //!
-//! NAME is a target of the harness as its tables name it; figure 6's rows are run for tower-cancel's own targets
-//! only (the peers do not serve `bench/spin`). The sizes are a tenth of the harness's, for a quick side by side.
+//! NAME is a target of the harness as its tables name it; figure 6's rows are run for tower-cancel's own LSP
+//! targets only (the peers do not serve `bench/spin`, and it is an LSP request). The sizes are a tenth of the harness's, for a quick side by side.
 
 use std::process::ExitCode;
 
@@ -17,7 +17,7 @@ use tower_cancel_bench::{
     report::percentile,
     run::on_fresh_runtime as run,
     stats::Interval,
-    target::{self, Target},
+    target::{self, Protocol, Target},
     workload,
 };
 
@@ -52,7 +52,7 @@ fn main() -> ExitCode {
 fn measure(rounds: usize, targets: &[Target]) -> Result<(), Box<dyn std::error::Error>> {
     let ours: Vec<Target> = targets
         .iter()
-        .filter(|t| t.name.starts_with("tower-cancel"))
+        .filter(|t| t.name.starts_with("tower-cancel") && t.protocol == Protocol::Lsp)
         .copied()
         .collect();
     let mixed = each_round(rounds, targets, |target| {
