@@ -1,6 +1,7 @@
 //! tower-cancel's own targets: the bare driver (no cancel layers) and the full stack, for LSP and MCP; the LSP
-//! stack with a timeout, and with a handler that keeps its request; and the LSP stack with each request on a task of
-//! its own ([`Server::spawn_requests`]), alone or over a concurrency limit.
+//! stack with a timeout, and with a handler that keeps its request; the LSP stack with each request on a task of
+//! its own ([`Server::spawn_requests`]), alone or over a concurrency limit; and the LSP and MCP stacks with each
+//! request polled first where it arrives and moved to a task only if still pending ([`Server::adaptive_requests`]).
 //!
 //! None of them has a concurrency limit to configure, so they ignore the workload's need (see [`Serve`]).
 //!
@@ -66,6 +67,14 @@ pub const LSP_STACK_SPAWNED_LIMITED: Target = Target {
 /// The concurrency limit of [`LSP_STACK_SPAWNED_LIMITED`]: the runtime's workers.
 pub const SPAWNED_LIMIT: usize = 2;
 
+/// The LSP driver with `CancelStack::lsp()`, each request polled once by the read loop and moved to a task of its
+/// own only if still pending.
+pub const LSP_STACK_ADAPTIVE: Target = Target {
+    name: "tower-cancel (LSP), requests adaptive",
+    protocol: Protocol::Lsp,
+    serve: serve_lsp_stack_adaptive,
+};
+
 /// The MCP driver with a service that answers without any cancel layer: the baseline.
 pub const MCP_BARE: Target = Target {
     name: "tower-cancel bare driver (MCP)",
@@ -80,6 +89,13 @@ pub const MCP_STACK: Target = Target {
     serve: serve_mcp_stack,
 };
 
+/// The MCP driver with `CancelStack::mcp()`, requests adaptive (as [`LSP_STACK_ADAPTIVE`]).
+pub const MCP_STACK_ADAPTIVE: Target = Target {
+    name: "tower-cancel (MCP), requests adaptive",
+    protocol: Protocol::Mcp,
+    serve: serve_mcp_stack_adaptive,
+};
+
 /// Every target of this module, to find one by name ([`crate::target::by_name`]).
 pub const ALL: &[Target] = &[
     LSP_BARE,
@@ -88,8 +104,10 @@ pub const ALL: &[Target] = &[
     LSP_STACK_KEEPING,
     LSP_STACK_SPAWNED,
     LSP_STACK_SPAWNED_LIMITED,
+    LSP_STACK_ADAPTIVE,
     MCP_BARE,
     MCP_STACK,
+    MCP_STACK_ADAPTIVE,
 ];
 
 /// What a request asks for, read from it before any waiting.
@@ -188,30 +206,54 @@ fn serve_lsp_bare(reader: BoxRead, writer: BoxWrite, _need: usize) -> ServeFutur
         reader,
         writer,
         Framing::ContentLength,
-        false,
+        Requests::Inline,
     )
 }
 
 fn serve_lsp_stack(reader: BoxRead, writer: BoxWrite, _need: usize) -> ServeFuture {
     let service = CancelStack::lsp().layer(service_fn(handle));
-    serve(service, reader, writer, Framing::ContentLength, false)
+    serve(
+        service,
+        reader,
+        writer,
+        Framing::ContentLength,
+        Requests::Inline,
+    )
 }
 
 fn serve_lsp_stack_timeout(reader: BoxRead, writer: BoxWrite, _need: usize) -> ServeFuture {
     let service = CancelStack::lsp()
         .timeout(Duration::from_secs(30))
         .layer(service_fn(handle));
-    serve(service, reader, writer, Framing::ContentLength, false)
+    serve(
+        service,
+        reader,
+        writer,
+        Framing::ContentLength,
+        Requests::Inline,
+    )
 }
 
 fn serve_lsp_stack_keeping(reader: BoxRead, writer: BoxWrite, _need: usize) -> ServeFuture {
     let service = CancelStack::lsp().layer(service_fn(handle_keeping));
-    serve(service, reader, writer, Framing::ContentLength, false)
+    serve(
+        service,
+        reader,
+        writer,
+        Framing::ContentLength,
+        Requests::Inline,
+    )
 }
 
 fn serve_lsp_stack_spawned(reader: BoxRead, writer: BoxWrite, _need: usize) -> ServeFuture {
     let service = CancelStack::lsp().layer(service_fn(handle));
-    serve(service, reader, writer, Framing::ContentLength, true)
+    serve(
+        service,
+        reader,
+        writer,
+        Framing::ContentLength,
+        Requests::Spawned,
+    )
 }
 
 fn serve_lsp_stack_spawned_limited(reader: BoxRead, writer: BoxWrite, _need: usize) -> ServeFuture {
@@ -219,7 +261,24 @@ fn serve_lsp_stack_spawned_limited(reader: BoxRead, writer: BoxWrite, _need: usi
         .layer(CancelStack::lsp())
         .concurrency_limit(SPAWNED_LIMIT)
         .service(service_fn(handle));
-    serve(service, reader, writer, Framing::ContentLength, true)
+    serve(
+        service,
+        reader,
+        writer,
+        Framing::ContentLength,
+        Requests::Spawned,
+    )
+}
+
+fn serve_lsp_stack_adaptive(reader: BoxRead, writer: BoxWrite, _need: usize) -> ServeFuture {
+    let service = CancelStack::lsp().layer(service_fn(handle));
+    serve(
+        service,
+        reader,
+        writer,
+        Framing::ContentLength,
+        Requests::Adaptive,
+    )
 }
 
 fn serve_mcp_bare(reader: BoxRead, writer: BoxWrite, _need: usize) -> ServeFuture {
@@ -228,13 +287,26 @@ fn serve_mcp_bare(reader: BoxRead, writer: BoxWrite, _need: usize) -> ServeFutur
         reader,
         writer,
         Framing::Ndjson,
-        false,
+        Requests::Inline,
     )
 }
 
 fn serve_mcp_stack(reader: BoxRead, writer: BoxWrite, _need: usize) -> ServeFuture {
     let service = CancelStack::mcp().layer(service_fn(handle));
-    serve(service, reader, writer, Framing::Ndjson, false)
+    serve(service, reader, writer, Framing::Ndjson, Requests::Inline)
+}
+
+fn serve_mcp_stack_adaptive(reader: BoxRead, writer: BoxWrite, _need: usize) -> ServeFuture {
+    let service = CancelStack::mcp().layer(service_fn(handle));
+    serve(service, reader, writer, Framing::Ndjson, Requests::Adaptive)
+}
+
+/// Where a target's requests run (the driver's modes).
+#[derive(Clone, Copy)]
+enum Requests {
+    Inline,
+    Spawned,
+    Adaptive,
 }
 
 fn serve<S>(
@@ -242,7 +314,7 @@ fn serve<S>(
     reader: BoxRead,
     writer: BoxWrite,
     framing: Framing,
-    spawn: bool,
+    requests: Requests,
 ) -> ServeFuture
 where
     S: Service<Request, Response = Option<Response>> + Send + 'static,
@@ -250,7 +322,12 @@ where
     S::Future: Send + 'static,
 {
     Box::pin(async move {
-        let server = Server::new(service).spawn_requests(spawn);
+        let server = Server::new(service);
+        let server = match requests {
+            Requests::Inline => server,
+            Requests::Spawned => server.spawn_requests(true),
+            Requests::Adaptive => server.adaptive_requests(true),
+        };
         let _ = server.serve(reader, writer, framing).await;
     })
 }

@@ -1,5 +1,6 @@
 //! The requests a connection has in flight, whichever way they run: polled by the read loop itself (inline), or
-//! each on a task of its own ([`Spawned`]). The read loop sees one stream of settled requests either way.
+//! each on a task of its own ([`Spawned`]: the spawned mode's, and the adaptive mode's once moved). The read loop sees
+//! one stream of settled requests either way (a request the adaptive mode settles in its first poll never enters).
 
 use std::{
     future::Future,

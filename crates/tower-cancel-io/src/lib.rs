@@ -27,6 +27,7 @@
 
 #![forbid(unsafe_code)]
 
+mod adaptive;
 mod config;
 mod content_length;
 #[cfg(test)]
@@ -35,6 +36,7 @@ mod frame;
 mod in_flight;
 mod ndjson;
 mod read;
+mod requests;
 mod server;
 mod settled;
 mod shutdown;

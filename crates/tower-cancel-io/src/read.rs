@@ -12,7 +12,7 @@ use std::{
 };
 
 use bytes::BytesMut;
-use futures_util::{future::Either, StreamExt};
+use futures_util::StreamExt;
 use tokio::{io::AsyncRead, time::Sleep};
 use tokio_util::{
     codec::{Decoder, FramedRead},
@@ -25,11 +25,13 @@ use tower_cancel::{
 use tower_service::Service;
 
 use crate::{
+    adaptive::Pace,
     config::Config,
     frame::FrameError,
     in_flight::InFlight,
+    requests::{Mode, Started},
     settled::{outcome_of, panicked, Settled},
-    spawned::{Spawn, Spawned},
+    spawned::Spawned,
 };
 
 /// Why the read loop stopped.
@@ -43,8 +45,10 @@ enum Ending {
 
 pub(crate) struct ReadLoop<S> {
     service: S,
-    // Set when each request runs on a task of its own; else the loop polls them itself.
-    spawn: Option<Spawn<S>>,
+    // Where requests run: polled by this loop, on tasks of their own, or first here and then on a task.
+    mode: Mode<S>,
+    // The adaptive mode's measure of the connection's handlers.
+    pace: Pace,
     connection: Connection,
     config: Config,
     shutdown: CancellationToken,
@@ -71,7 +75,7 @@ where
     /// can no longer hear this side.
     pub(crate) fn new(
         service: S,
-        spawn: Option<Spawn<S>>,
+        mode: Mode<S>,
         connection: Connection,
         config: Config,
         shutdown: CancellationToken,
@@ -79,7 +83,8 @@ where
     ) -> Self {
         Self {
             service,
-            spawn,
+            mode,
+            pace: Pace::default(),
             connection,
             config,
             shutdown,
@@ -239,19 +244,30 @@ where
                 self.answer((id, Err(Box::new(failure))));
                 continue;
             }
-            // A panic in `call` itself is caught here in either mode; one in the future, by `outcome_of` or the task.
-            // Notifications stay on this task even in the spawned mode: the peer's order of them is the order of
-            // their effects (an editor's `didChange` edits), which tasks on several workers would not keep.
-            let spawn = self.spawn.filter(|_| id.is_some());
-            let service = &mut self.service;
-            let called = unwind::call(|| match spawn {
-                Some(spawn) => Either::Right(spawn(service, request)),
-                None => Either::Left(service.call(request)),
+            // A panic in `call` itself is caught here in every mode; one in the future, by `outcome_of`, the
+            // adaptive mode's net (its `CatchUnwind`, around the first poll and the task's) or the task.
+            // Notifications stay on this task in every mode: the peer's order of them is the order of their
+            // effects (an editor's `didChange` edits), which tasks on several workers would not keep.
+            let mode = if id.is_some() {
+                self.mode
+            } else {
+                Mode::Inline
+            };
+            let (service, pace) = (&mut self.service, &mut self.pace);
+            let started = unwind::call(|| match mode {
+                Mode::Inline => Started::Inline(service.call(request)),
+                Mode::Spawned(spawn) => Started::Task(spawn(service, request)),
+                Mode::Adaptive(call) => pace.start(call(service, request)),
             });
-            match called {
-                Ok(Either::Left(future)) => in_flight.push_inline(outcome_of(id, future)),
-                Ok(Either::Right(task)) => in_flight.push_spawned(Spawned::new(id, task)),
+            match started {
+                Ok(Started::Inline(future)) => in_flight.push_inline(outcome_of(id, future)),
+                Ok(Started::Task(task)) => in_flight.push_spawned(Spawned::new(id, task)),
+                Ok(Started::Done(outcome)) => self.answer((id, outcome)),
                 Err(payload) => self.answer((id, Err(panicked(payload)))),
+            }
+            // A drain ends with its last request; one settled here never reaches the `select!` that checks.
+            if ending == Ending::Shutdown && in_flight.is_empty() {
+                break;
             }
         }
 

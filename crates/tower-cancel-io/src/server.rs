@@ -22,8 +22,9 @@ use crate::{
     frame::FrameError,
     ndjson::NdjsonCodec,
     read::ReadLoop,
+    requests::{caller, Mode},
     shutdown::ShutdownHandle,
-    spawned::{spawner, Spawn},
+    spawned::spawner,
     write::write_loop,
 };
 
@@ -47,7 +48,9 @@ pub enum Framing {
 ///
 /// - Messages are read as they arrive and the service is called for each without waiting for earlier requests:
 ///   replies go out in the order they complete. The requests' futures run on the connection's own task, or each
-///   on a task of its own with [`Server::spawn_requests`] (for handlers that compute rather than await).
+///   on a task of its own with [`Server::spawn_requests`] (for handlers that compute rather than await), or first
+///   on the connection's task and then, if still pending, on a task of their own with
+///   [`Server::adaptive_requests`].
 /// - Bytes that are not JSON get -32700 (so do an unreadable `Content-Length` header and a frame cut off by the
 ///   end of the stream), JSON that is not a valid message -32600, a frame over the size limit -32600. A request
 ///   whose id is already in flight on the connection gets -32600 from the cancel layer. The connection stays up
@@ -78,7 +81,7 @@ pub struct Server<S> {
     connection: Connection,
     config: Config,
     shutdown: ShutdownHandle,
-    spawn: Option<Spawn<S>>,
+    mode: Mode<S>,
     outbox: Outbox,
     outbox_rx: OutboxReceiver,
 }
@@ -89,7 +92,7 @@ impl<S> fmt::Debug for Server<S> {
             .field("connection", &self.connection)
             .field("max_frame_size", &self.config.max_frame_size)
             .field("close_grace", &self.config.close_grace)
-            .field("spawn_requests", &self.spawn.is_some())
+            .field("requests", &self.mode.name())
             .finish()
     }
 }
@@ -111,7 +114,7 @@ where
             service,
             config: Config::default(),
             shutdown: ShutdownHandle::default(),
-            spawn: None,
+            mode: Mode::Inline,
         }
     }
 
@@ -213,11 +216,73 @@ where
     /// waits for the tasks as for inline requests, and what is left after the close grace is aborted, its future
     /// dropped before `serve` returns (dropping the `serve` future aborts the tasks too). A panic that escapes the
     /// service's future is answered -32603 and the connection goes on.
+    ///
+    /// [`Server::adaptive_requests`] spawns only the requests that are still pending after a first poll on the
+    /// connection's task. Of the two, the last one called decides.
     pub fn spawn_requests(mut self, spawn: bool) -> Self
     where
         S::Future: Send + 'static,
     {
-        self.spawn = spawn.then(spawner::<S>);
+        self.mode = if spawn {
+            Mode::Spawned(spawner::<S>())
+        } else {
+            Mode::Inline
+        };
+        self
+    }
+
+    /// With `true`, each request is polled once on the connection's task as it arrives, and moved to a task of its
+    /// own (`tokio::spawn`) only if it is still pending then; with `false`, the default, the connection's own task
+    /// polls them all. Of this and [`Server::spawn_requests`], the last one called decides.
+    ///
+    /// It takes the best of the two other modes for handlers that answer at once or await: one that answers in
+    /// its first poll is answered there, with no task and no trip through the scheduler (as inline, or quicker:
+    /// it is not even kept in the set of requests in flight), and one that waits runs on a task, where its later
+    /// polls, its computing after an await and its cancel do not hold up the reading of the connection's frames
+    /// (as spawned). What cannot be moved is the first poll: a handler that computes before its first await holds
+    /// the reading up for that long. So the driver times the first polls, and while they take more than about
+    /// 10 µs on average (a task costs 1 to 2 µs), it spawns requests without one, as the spawned mode does,
+    /// still polling one in 64 in place to notice when handlers become quick again.
+    ///
+    /// It costs one allocation per request (its future is boxed so that it can move after a poll) and the timing
+    /// of the first poll; like the spawned mode it needs futures that are `Send + 'static`, which is why it is not
+    /// the default (the default serves services whose futures are not `Send`). A request moved to a task behaves
+    /// as in the spawned mode (see [`Server::spawn_requests`]): a cancel reaches it through its lifecycle wherever
+    /// it runs, a close waits for it and aborts what is left after the close grace, a panic in any poll is
+    /// answered -32603 and the connection goes on. Notifications still run on the connection's task, in the order
+    /// they arrived.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// use tower::service_fn;
+    /// use tower_cancel::{BoxError, CancelStack, Request};
+    /// use tower_cancel_io::{Framing, Server};
+    ///
+    /// # #[tokio::main] async fn main() -> std::io::Result<()> {
+    /// // `hover` answers at once, on the connection's task; `references` waits on an index, on a task of its own,
+    /// // so that the connection goes on reading (and cancelling) meanwhile.
+    /// let handler = service_fn(|req: Request| async move {
+    ///     if req.method() == "textDocument/references" {
+    ///         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    ///     }
+    ///     Ok::<_, BoxError>(serde_json::Value::Null)
+    /// });
+    /// Server::with_stack(CancelStack::lsp(), handler)
+    ///     .adaptive_requests(true)
+    ///     .serve_stdio(Framing::ContentLength)
+    ///     .await
+    /// # }
+    /// ```
+    pub fn adaptive_requests(mut self, adaptive: bool) -> Self
+    where
+        S::Future: Send + 'static,
+    {
+        self.mode = if adaptive {
+            Mode::Adaptive(caller::<S>())
+        } else {
+            Mode::Inline
+        };
         self
     }
 
@@ -286,7 +351,7 @@ where
         let reader = async {
             let read = ReadLoop::new(
                 self.service,
-                self.spawn,
+                self.mode,
                 self.connection,
                 self.config,
                 self.shutdown.token().clone(),

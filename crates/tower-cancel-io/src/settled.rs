@@ -25,13 +25,17 @@ where
 {
     // A safety net for services without a cancel layer (which catches its handlers' panics itself): a panic is
     // answered as the stack answers one, and the connection goes on.
-    CatchUnwind::new(future).map(move |outcome| {
-        let outcome = match outcome {
-            Ok(result) => result.map_err(Into::into),
-            Err(payload) => Err(panicked(payload)),
-        };
-        (id, outcome)
-    })
+    CatchUnwind::new(future).map(move |caught| (id, outcome(caught)))
+}
+
+/// The outcome of a request's future run under the net ([`CatchUnwind`]).
+pub(crate) fn outcome<E: Into<BoxError>>(
+    caught: Result<Result<Option<Response>, E>, Payload>,
+) -> Outcome {
+    match caught {
+        Ok(result) => result.map_err(Into::into),
+        Err(payload) => Err(panicked(payload)),
+    }
 }
 
 /// A caught panic as the failure the stack answers -32603; its message goes to the log only.

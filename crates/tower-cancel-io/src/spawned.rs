@@ -1,4 +1,5 @@
-//! A request run on a task of its own ([`Server::spawn_requests`](crate::Server::spawn_requests)).
+//! A request run on a task of its own ([`Server::spawn_requests`](crate::Server::spawn_requests), and the requests
+//! the adaptive mode moves: [`Server::adaptive_requests`](crate::Server::adaptive_requests)).
 //!
 //! The task runs the service's whole response future, cancel stack included: a cancel reaches it through its
 //! lifecycle exactly as it reaches a future polled by the read loop, and aborting the task drops the future,
