@@ -22,7 +22,7 @@ use tower_cancel_bench::{
     connections, cpu, criterion_results,
     http::{self, HttpTarget},
     ours::{
-        LSP_BARE, LSP_STACK, LSP_STACK_KEEPING, LSP_STACK_SPAWNED, LSP_STACK_SPAWNED_LIMITED,
+        LSP_BARE, LSP_STACK, LSP_STACK_ADAPTIVE, LSP_STACK_KEEPING, LSP_STACK_SPAWNED, LSP_STACK_SPAWNED_LIMITED,
         LSP_STACK_TIMEOUT, MCP_STACK, SPAWNED_LIMIT,
     },
     overhead, peer_side, peers,
@@ -184,8 +184,8 @@ const MCP_TARGETS: [Target; 3] = [MCP_STACK, peers::RMCP, peers::RMCP_ADAPTED];
 /// mode of the driver gets against the same peers. Reported, not judged: the goals are our default's.
 const OUR_OTHER_LSP_MODES: &[Target] = &[
     LSP_STACK_SPAWNED,
-    // The driver's adaptive mode (a request polled inline first, moved to a task of its own while still pending)
-    // goes here, as a target of `ours.rs`, once the driver has it.
+    // The driver's adaptive mode: a request polled inline first, moved to a task of its own while still pending.
+    LSP_STACK_ADAPTIVE,
 ];
 
 /// Figure 5's goal against `peer`: how many times its throughput ours must reach with 10% of the requests
@@ -295,7 +295,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     if wanted("6") {
         section(
-            "6. CPU-bound handlers: requests inline or spawned",
+            "6. CPU-bound handlers: requests inline, spawned or adaptive",
             cpu_tables(sizes)?,
         );
     }
@@ -1068,20 +1068,23 @@ fn mixed_table(sizes: &Sizes, targets: &mut Targets) -> Result<String, Box<dyn s
 
 fn cpu_tables(sizes: &Sizes) -> Result<String, Box<dyn std::error::Error>> {
     let limited = format!("spawned, limit {SPAWNED_LIMIT}");
+    // Inline (the default) first: every other mode is compared with it, round by round.
     let modes = [
         ("inline", LSP_STACK),
         ("spawned", LSP_STACK_SPAWNED),
         (limited.as_str(), LSP_STACK_SPAWNED_LIMITED),
+        ("adaptive", LSP_STACK_ADAPTIVE),
     ];
-    let mut throughput = Table::new(&[
-        "handler",
-        "in flight",
-        "inline (req/s)",
-        "spawned (req/s)",
-        "spawned / inline",
-        &format!("{limited} (req/s)"),
-        &format!("{limited} / inline"),
-    ]);
+    let mut columns = vec![
+        "handler".to_owned(),
+        "in flight".to_owned(),
+        "inline (req/s)".to_owned(),
+    ];
+    for (mode, _) in &modes[1..] {
+        columns.push(format!("{mode} (req/s)"));
+        columns.push(format!("{mode} / inline"));
+    }
+    let mut throughput = Table::new(&columns.iter().map(String::as_str).collect::<Vec<_>>());
     for spin_us in [0, cpu::SPIN_US] {
         for window in [1, 64] {
             let requests = match (spin_us, window) {
@@ -1089,7 +1092,7 @@ fn cpu_tables(sizes: &Sizes) -> Result<String, Box<dyn std::error::Error>> {
                 (0, _) => sizes.e2e_requests,
                 _ => sizes.cpu_requests,
             };
-            // The modes alternate within each round (ABC ABC…), so that drift touches all alike.
+            // The modes alternate within each round (ABCD ABCD…), so that drift touches all alike.
             let mut runs = vec![Vec::new(); modes.len()];
             for _ in 0..sizes.e2e_rounds {
                 for ((_, target), runs) in modes.iter().zip(&mut runs) {
@@ -1099,16 +1102,17 @@ fn cpu_tables(sizes: &Sizes) -> Result<String, Box<dyn std::error::Error>> {
                     })?);
                 }
             }
-            let [inline, spawned, limited] = [&runs[0], &runs[1], &runs[2]];
-            throughput.row(&[
+            let inline = &runs[0];
+            let mut row = vec![
                 handler_name(spin_us),
                 window.to_string(),
                 Interval::of(inline).show(0),
-                Interval::of(spawned).show(0),
-                Interval::of_ratios(spawned, inline).show(2),
-                Interval::of(limited).show(0),
-                Interval::of_ratios(limited, inline).show(2),
-            ]);
+            ];
+            for other in &runs[1..] {
+                row.push(Interval::of(other).show(0));
+                row.push(Interval::of_ratios(other, inline).show(2));
+            }
+            throughput.row(&row);
         }
     }
     let mut latency = Table::new(&[
@@ -1155,7 +1159,7 @@ fn cpu_tables(sizes: &Sizes) -> Result<String, Box<dyn std::error::Error>> {
     }
     let held = sizes.in_flight[sizes.in_flight.len() - 1];
     let mut memory = Table::new(&["requests", "heap bytes per request held"]);
-    for (mode, target) in &modes[..2] {
+    for (mode, target) in modes.iter().filter(|(_, target)| target.name != LSP_STACK_SPAWNED_LIMITED.name) {
         let bytes = bytes::measure(Held::OverConnection(target.name, Transport::Duplex, held))?;
         memory.row(&[(*mode).to_owned(), format!("{bytes:.0}")]);
     }
@@ -1163,10 +1167,11 @@ fn cpu_tables(sizes: &Sizes) -> Result<String, Box<dyn std::error::Error>> {
         "`CancelStack::lsp()`, LSP framing, in-memory duplex, one connection; client and server share the runtime's 2 \
          workers. A computing handler spins on `Instant::now()` for {} µs in one poll (`bench/spin`). Inline: the \
          driver's default; spawned: `Server::spawn_requests(true)`; limit {SPAWNED_LIMIT}: spawned, over \
-         `ConcurrencyLimit::new({SPAWNED_LIMIT})` below the stack. Throughput: {} rounds, the three modes \
-         alternating within each round; in each, {} computing requests ({} trivial ones, a quarter of that with 1 in \
+         `ConcurrencyLimit::new({SPAWNED_LIMIT})` below the stack; adaptive: `Server::adaptive_requests(true)` (each \
+         request polled once inline, moved to a task of its own only if still pending). Throughput: {} rounds, the \
+         four modes alternating within each round; in each, {} computing requests ({} trivial ones, a quarter of that with 1 in \
          flight). Each cell is the mean of the rounds with its 95% interval; each ratio is the mean of the rounds' \
-         ratios.\n\n{}\nCancel latency: {} rounds, the three modes alternating within each round; in each, {} \
+         ratios.\n\n{}\nCancel latency: {} rounds, the four modes alternating within each round; in each, {} \
          cancels one at a time, of a request held by its handler, from just before the `$/cancelRequest` frame, \
          already serialized, is written to the cancelled reply read, while the same connection keeps the computing \
          requests in flight. p50 and p99: the mean of the rounds' percentiles with its 95% interval; the max is the \
