@@ -107,9 +107,6 @@ pub(super) fn admit<X: Dialect + ?Sized>(
     let group = group_by
         .filter(|_| lifecycle.is_cancellable())
         .and_then(|group_by| group_by.key(req));
-    if let Some(key) = &group {
-        lifecycle.set_group(key.clone());
-    }
     let registration = match connection.register(lifecycle.clone(), group) {
         Ok(registration) => registration,
         Err(duplicate) => {

@@ -474,7 +474,7 @@ impl Registry {
             let id = lifecycle.id();
             tables.in_flight.insert(lifecycle)?;
             if let Some(key) = group {
-                tables.join_group(lifecycle, key);
+                tables.join_group(lifecycle, key, true);
             }
             if lifecycle.is_cancellable() {
                 tables.ends.registered += 1;
@@ -512,7 +512,7 @@ impl Registry {
             .matching(lifecycle.conn(), lifecycle.id())
             .any(|entry| Arc::ptr_eq(entry, lifecycle));
         if registered {
-            tables.join_group(lifecycle, key);
+            tables.join_group(lifecycle, key, false);
         }
     }
 
@@ -593,10 +593,10 @@ fn count_in(count: &AtomicUsize, by: isize) {
 }
 
 impl Tables {
-    fn join_group(&mut self, lifecycle: &Arc<Lifecycle>, key: Id) {
+    fn join_group(&mut self, lifecycle: &Arc<Lifecycle>, key: Id, at_admission: bool) {
         self.groups
             .get_or_insert_with(Groups::new)
-            .join(lifecycle, key);
+            .join(lifecycle, key, at_admission);
         lifecycle.set_grouped(true);
     }
 }
