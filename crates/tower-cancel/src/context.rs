@@ -33,7 +33,10 @@ use crate::{
 #[derive(Clone)]
 pub struct RequestContext {
     lifecycle: Arc<Lifecycle>,
-    // The cancel layer's dialect, for the request's progress reports.
+    // The cancel layer's dialect, for the request's progress reports, only where the request's connection cannot
+    // name it: its scope speaks no dialect of its own. Otherwise the scope's dialect is the one, read through the
+    // connection each report needs anyway (`progress::format_of`), so that a request does not pay a shared
+    // handle's clone and drop.
     progress: Option<Arc<dyn Dialect>>,
 }
 

@@ -44,6 +44,17 @@ impl Request {
     }
 }
 
+/// The dialect `request`'s progress reports are written in: the cancel layer's, where the request's scope speaks
+/// none (its context holds it), else its scope's. `None` for a request that passed no cancel layer or came without
+/// a connection (it has nobody to report to).
+fn format_of(request: &Request) -> Option<&Arc<dyn Dialect>> {
+    let context = request.context()?;
+    let connection = request.connection()?;
+    context
+        .progress_format()
+        .or_else(|| connection.scope().dialect())
+}
+
 /// Reports progress of one request to the peer. Dropping it ends the progress where the dialect has an end
 /// (LSP's `end`).
 pub struct Progress {
@@ -58,8 +69,7 @@ pub struct Progress {
 
 impl Progress {
     fn new(request: &Request) -> Option<Self> {
-        let context = request.context()?;
-        let format = context.progress_format()?;
+        let format = format_of(request)?;
         let token = format.progress_token(request, request.extensions())?;
         Self::with_token(request, token, false)
     }
@@ -67,7 +77,7 @@ impl Progress {
     /// Progress of `request` under `token`; `cancellable` for a token this side created.
     fn with_token(request: &Request, token: Value, cancellable: bool) -> Option<Self> {
         let context = request.context()?;
-        let format = context.progress_format()?.clone();
+        let format = format_of(request)?.clone();
         let outbox = request.connection()?.outbox().clone();
         Some(Self {
             token,

@@ -107,9 +107,6 @@ pub(super) fn admit<X: Dialect + ?Sized>(
     let group = group_by
         .filter(|_| lifecycle.is_cancellable())
         .and_then(|group_by| group_by.key(req));
-    if let Some(key) = &group {
-        lifecycle.set_group(key.clone());
-    }
     let registration = match connection.register(lifecycle.clone(), group) {
         Ok(registration) => registration,
         Err(duplicate) => {
@@ -117,7 +114,11 @@ pub(super) fn admit<X: Dialect + ?Sized>(
             return Admitted::Duplicate(duplicate);
         }
     };
-    let context = RequestContext::new(lifecycle, Some(progress.clone()));
+    // The scope's own dialect is found through the request's connection when it reports; only the layer's, for a
+    // scope that speaks none, is handed to the context (see `RequestContext::progress_format`). A request without
+    // a connection reports to nobody.
+    let layers_own = req.connection().is_some() && connection.scope().dialect().is_none();
+    let context = RequestContext::new(lifecycle, layers_own.then(|| progress.clone()));
     let settlement = Settlement::new(
         registration,
         span,

@@ -73,8 +73,13 @@ struct Rare {
     token: OnceLock<CancellationToken>,
     // Set by a timeout layer, at most once.
     deadline: OnceLock<Deadline>,
-    // The group the request was put in at admission (its ACP session), for its handler.
-    group: OnceLock<Id>,
+    // The group the request was put in at admission (its ACP session), for its handler and for its way out of
+    // the registry's group index. The key is the index's own, shared: a request does not copy it.
+    group: OnceLock<Arc<Id>>,
+    // The groups it was bound to later (the LSP progress tokens its handler created), for its way out of the
+    // index. Only touched under the registry's lock; a lock here rather than a cell because a request may be
+    // bound more than once.
+    bound: std::sync::Mutex<Vec<Arc<Id>>>,
     // The `_meta` field the layer that set the deadline reads (`TimeoutLayer::from_meta`): the one the request's
     // own calls write their remaining time into, for the next hop's layer to read the same way.
     deadline_field: OnceLock<Arc<str>>,
@@ -140,14 +145,43 @@ impl Lifecycle {
         self.grouped.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Record the group the request was put in at admission (the first one only).
-    pub(crate) fn set_group(&self, key: Id) {
-        let _ = self.rare().group.set(key);
+    /// Record a group of the registry's group index that the request joined: at admission (`at_admission`, the
+    /// handler's [`group`](Self::group); the first one only), or bound to it later. Under the registry's lock.
+    pub(crate) fn record_group(&self, key: Arc<Id>, at_admission: bool) {
+        let rare = self.rare();
+        if at_admission {
+            let _ = rare.group.set(key);
+        } else {
+            bound(rare).push(key);
+        }
+    }
+
+    /// Whether the request is in group `key` of the registry's group index. Under the registry's lock.
+    pub(crate) fn in_group(&self, key: &Id) -> bool {
+        let Some(rare) = self.rare.get() else {
+            return false;
+        };
+        rare.group.get().is_some_and(|group| **group == *key)
+            || bound(rare).iter().any(|group| **group == *key)
+    }
+
+    /// Call `leave` with every group of the index the request is in, and forget the ones it was bound to (the
+    /// group of its admission stays its handler's). Under the registry's lock, as it leaves the index.
+    pub(crate) fn leave_groups(&self, mut leave: impl FnMut(&Id)) {
+        let Some(rare) = self.rare.get() else {
+            return;
+        };
+        if let Some(group) = rare.group.get() {
+            leave(group);
+        }
+        for group in bound(rare).drain(..) {
+            leave(&group);
+        }
     }
 
     /// The group the request was put in at admission, if any.
     pub(crate) fn group(&self) -> Option<&Id> {
-        self.rare.get()?.group.get()
+        self.rare.get()?.group.get().map(|group| &**group)
     }
 
     pub(crate) fn allows_partial_result(&self) -> bool {
@@ -309,6 +343,13 @@ impl Lifecycle {
             None
         }
     }
+}
+
+/// The groups `rare`'s request was bound to. A poisoned lock is kept using: its holders only push and drain.
+fn bound(rare: &Rare) -> std::sync::MutexGuard<'_, Vec<Arc<Id>>> {
+    rare.bound
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// The dialect of a request that announces its end (a wrapper: dialects are not `Debug`).

@@ -37,10 +37,7 @@ impl Request {
     /// [`CascadeLayer`](crate::CascadeLayer), or a scope without a dialect) or the dialect has no such request.
     pub async fn create_progress(&self) -> Result<Progress, PeerError> {
         let peer = self.peer().ok_or(PeerError::NotAllowed)?;
-        let format = self
-            .context()
-            .and_then(|context| context.progress_format())
-            .ok_or(PeerError::NotAllowed)?;
+        let format = super::format_of(self).ok_or(PeerError::NotAllowed)?;
         let token = mint_token();
         let (method, params) = format
             .create_progress(&Id::String(token.clone()))

@@ -6,8 +6,12 @@
 //! registry's lock with the in-flight table: a request joins its group when it is registered (or when
 //! [`Registry::bind_group`](super::Registry::bind_group) binds it later) and leaves every group it is in when it
 //! leaves the registry, so the index never holds a request that is not in flight.
+//!
+//! Which groups a request is in, for its way out, is kept in its lifecycle (with the rarely used parts, which a
+//! grouped request has made anyway), each key shared with its group's entry here: no map of memberships, and no
+//! copy of the key per member.
 
-use std::{collections::HashMap, sync::Arc};
+use std::sync::Arc;
 
 use hashbrown::HashTable;
 
@@ -19,18 +23,13 @@ pub(super) struct Groups {
     // registry's secret seed like an id, and two connections' groups of one key are two entries of one hash.
     groups: HashTable<Group>,
     hasher: IdHasher,
-    // The groups each member is in, by the member's address, for its way out (a request may be in several).
-    memberships: HashMap<usize, Vec<Id>>,
 }
 
 struct Group {
     conn: u64,
-    key: Id,
+    // Shared with each member's lifecycle (`Lifecycle::record_group`).
+    key: Arc<Id>,
     members: Vec<Arc<Lifecycle>>,
-}
-
-fn address(lifecycle: &Arc<Lifecycle>) -> usize {
-    Arc::as_ptr(lifecycle) as usize
 }
 
 impl Groups {
@@ -38,7 +37,6 @@ impl Groups {
         Self {
             groups: HashTable::new(),
             hasher: IdHasher::new(),
-            memberships: HashMap::new(),
         }
     }
 
@@ -47,63 +45,65 @@ impl Groups {
         self.groups.len()
     }
 
-    /// Put `lifecycle` in the group `key` of its connection. Returns `false` if it was in it already.
-    pub(super) fn join(&mut self, lifecycle: &Arc<Lifecycle>, key: Id) -> bool {
-        let conn = lifecycle.conn();
-        let hash = self.hasher.hash(&key);
-        let keys = self.memberships.entry(address(lifecycle)).or_default();
-        if keys.contains(&key) {
+    /// Put `lifecycle` in the group `key` of its connection, as the group of its admission (`at_admission`) or
+    /// one it is bound to later. Returns `false` if it was in it already.
+    pub(super) fn join(&mut self, lifecycle: &Arc<Lifecycle>, key: Id, at_admission: bool) -> bool {
+        if lifecycle.in_group(&key) {
             return false;
         }
-        keys.push(key.clone());
-        match self
+        let conn = lifecycle.conn();
+        let hash = self.hasher.hash(&key);
+        let shared = match self
             .groups
-            .find_mut(hash, |group| group.conn == conn && group.key == key)
+            .find_mut(hash, |group| group.conn == conn && *group.key == key)
         {
-            Some(group) => group.members.push(lifecycle.clone()),
+            Some(group) => {
+                group.members.push(lifecycle.clone());
+                group.key.clone()
+            }
             None => {
+                let key = Arc::new(key);
                 let hasher = &self.hasher;
                 self.groups.insert_unique(
                     hash,
                     Group {
                         conn,
-                        key,
+                        key: key.clone(),
                         members: vec![lifecycle.clone()],
                     },
                     |group| hasher.hash(&group.key),
                 );
+                key
             }
-        }
+        };
+        lifecycle.record_group(shared, at_admission);
         true
     }
 
     /// Take `lifecycle` out of every group it is in; a group left empty goes.
     pub(super) fn leave(&mut self, lifecycle: &Arc<Lifecycle>) {
-        let Some(keys) = self.memberships.remove(&address(lifecycle)) else {
-            return;
-        };
         let conn = lifecycle.conn();
-        for key in keys {
-            let hash = self.hasher.hash(&key);
-            let Ok(mut entry) = self
-                .groups
-                .find_entry(hash, |group| group.conn == conn && group.key == key)
-            else {
-                continue;
+        let (groups, hasher) = (&mut self.groups, &self.hasher);
+        lifecycle.leave_groups(|key| {
+            let found = groups.find_entry(hasher.hash(key), |group| {
+                group.conn == conn && *group.key == *key
+            });
+            let Ok(mut entry) = found else {
+                return;
             };
             let members = &mut entry.get_mut().members;
             members.retain(|member| !Arc::ptr_eq(member, lifecycle));
             if members.is_empty() {
                 entry.remove();
             }
-        }
+        });
     }
 
     /// The members of group `key` of connection `conn` (of every connection, for [`WHOLE_SCOPE`]).
     pub(super) fn members(&self, conn: u64, key: &Id) -> Vec<Arc<Lifecycle>> {
         self.groups
             .iter_hash(self.hasher.hash(key))
-            .filter(|group| (conn == WHOLE_SCOPE || group.conn == conn) && &group.key == key)
+            .filter(|group| (conn == WHOLE_SCOPE || group.conn == conn) && *group.key == *key)
             .flat_map(|group| group.members.iter().cloned())
             .collect()
     }
@@ -122,12 +122,22 @@ mod tests {
         let mut groups = Groups::new();
         let (a1, a2, b, other_conn) = (entry(1, 1), entry(2, 1), entry(3, 1), entry(1, 2));
         let (a, session_b) = (Id::from("a"), Id::from("b"));
-        assert!(groups.join(&a1, a.clone()));
-        assert!(!groups.join(&a1, a.clone()), "once per group");
-        assert!(groups.join(&a2, a.clone()));
-        assert!(groups.join(&a2, Id::from(7)), "a request in two groups");
-        assert!(groups.join(&b, session_b.clone()));
-        assert!(groups.join(&other_conn, a.clone()));
+        assert!(groups.join(&a1, a.clone(), true));
+        assert!(!groups.join(&a1, a.clone(), false), "once per group");
+        assert!(groups.join(&a2, a.clone(), true));
+        assert!(
+            groups.join(&a2, Id::from(7), false),
+            "a request in two groups"
+        );
+        assert!(!groups.join(&a2, Id::from(7), false), "once per group");
+        assert!(groups.join(&b, session_b.clone(), false));
+        assert!(groups.join(&other_conn, a.clone(), true));
+        assert_eq!(a2.group(), Some(&a), "the group of its admission");
+        assert_eq!(
+            b.group(),
+            None,
+            "bound later: not the group of its admission"
+        );
         assert_eq!(groups.len(), 4);
 
         let in_a = groups.members(1, &a);
@@ -148,6 +158,13 @@ mod tests {
             groups.leave(member);
         }
         assert_eq!(groups.len(), 0);
-        assert!(groups.memberships.is_empty());
+        assert!(
+            !b.in_group(&session_b),
+            "a bound group is forgotten as it is left"
+        );
+        assert!(
+            a1.in_group(&a),
+            "the group of its admission stays its handler's"
+        );
     }
 }

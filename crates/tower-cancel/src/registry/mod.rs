@@ -44,7 +44,7 @@ mod turn;
 use std::{
     fmt,
     sync::{
-        atomic::{AtomicU64, Ordering},
+        atomic::{AtomicU64, AtomicUsize, Ordering},
         Arc, OnceLock,
     },
 };
@@ -455,26 +455,32 @@ impl Registry {
         lifecycle: &Arc<Lifecycle>,
         refusing: &OnceLock<CancelReason>,
     ) -> Result<(), DuplicateId> {
-        self.insert_grouped(lifecycle, refusing, None)
+        self.insert_grouped(lifecycle, refusing, None, None)
     }
 
     /// As [`insert`](Self::insert), and put the request in group `group` of its connection (under the same
-    /// lock, so a group cancel sees it in the table and in its group, or in neither).
+    /// lock, so a group cancel sees it in the table and in its group, or in neither). A cancellable request also
+    /// counts in `count` (its connection's requests in flight) until [`remove`](Self::remove)
+    /// is given the same count.
     pub(crate) fn insert_grouped(
         &self,
         lifecycle: &Arc<Lifecycle>,
         refusing: &OnceLock<CancelReason>,
         group: Option<Id>,
+        count: Option<&AtomicUsize>,
     ) -> Result<(), DuplicateId> {
         let early_reason = {
             let mut tables = self.lock();
             let id = lifecycle.id();
             tables.in_flight.insert(lifecycle)?;
             if let Some(key) = group {
-                tables.join_group(lifecycle, key);
+                tables.join_group(lifecycle, key, true);
             }
             if lifecycle.is_cancellable() {
                 tables.ends.registered += 1;
+                if let Some(count) = count {
+                    count_in(count, 1);
+                }
             }
             if let Some(finished) = &mut tables.finished {
                 finished.forget(id);
@@ -506,7 +512,7 @@ impl Registry {
             .matching(lifecycle.conn(), lifecycle.id())
             .any(|entry| Arc::ptr_eq(entry, lifecycle));
         if registered {
-            tables.join_group(lifecycle, key);
+            tables.join_group(lifecycle, key, false);
         }
     }
 
@@ -534,7 +540,14 @@ impl Registry {
     }
 
     /// Take a request out of the table and count its outcome.
+    #[cfg(test)]
     pub(crate) fn remove(&self, lifecycle: &Arc<Lifecycle>) {
+        self.remove_counted(lifecycle, None);
+    }
+
+    /// As [`remove`](Self::remove), for a request that counts in `count` (given to its
+    /// [`insert_grouped`](Self::insert_grouped)).
+    pub(crate) fn remove_counted(&self, lifecycle: &Arc<Lifecycle>, count: Option<&AtomicUsize>) {
         let mut tables = self.lock();
         let removed = tables.in_flight.remove(lifecycle);
         if lifecycle.is_grouped() {
@@ -545,6 +558,9 @@ impl Registry {
         }
         if !lifecycle.is_cancellable() {
             return;
+        }
+        if let Some(count) = count {
+            count_in(count, -1);
         }
         let ended = if lifecycle.is_completed() {
             tables.ends.completed += 1;
@@ -568,11 +584,19 @@ impl Registry {
     }
 }
 
+/// Move a connection's count of requests in flight by `by`. Only ever written under the registry's lock (a
+/// request's insert and remove), so a load and a store do what a read-modify-write would, without its cost on
+/// every request's way in and out; readers without the lock see the last count written.
+fn count_in(count: &AtomicUsize, by: isize) {
+    let now = count.load(Ordering::Relaxed);
+    count.store(now.wrapping_add_signed(by), Ordering::Release);
+}
+
 impl Tables {
-    fn join_group(&mut self, lifecycle: &Arc<Lifecycle>, key: Id) {
+    fn join_group(&mut self, lifecycle: &Arc<Lifecycle>, key: Id, at_admission: bool) {
         self.groups
             .get_or_insert_with(Groups::new)
-            .join(lifecycle, key);
+            .join(lifecycle, key, at_admission);
         lifecycle.set_grouped(true);
     }
 }
@@ -873,7 +897,7 @@ mod tests {
 
     fn insert_in(registry: &Registry, lifecycle: &Arc<Lifecycle>, group: &str) {
         registry
-            .insert_grouped(lifecycle, &OnceLock::new(), Some(Id::from(group)))
+            .insert_grouped(lifecycle, &OnceLock::new(), Some(Id::from(group)), None)
             .unwrap();
     }
 

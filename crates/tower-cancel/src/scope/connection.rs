@@ -40,7 +40,8 @@ struct Inner {
     peer: Option<Peer>,
     // Set once: by a shutdown (Shutdown) or the close (its reason). Requests registered later start out cancelled.
     refusing: OnceLock<CancelReason>,
-    // This connection's requests in the registry now that can be cancelled.
+    // This connection's requests in the registry now that can be cancelled: written by the registry under its
+    // lock, as it inserts and removes them (see `Registry::insert_grouped`).
     in_flight: AtomicUsize,
 }
 
@@ -215,11 +216,12 @@ impl Connection {
         lifecycle: Arc<Lifecycle>,
         group: Option<Id>,
     ) -> Result<Registration, DuplicateId> {
-        self.registry()
-            .insert_grouped(&lifecycle, &self.inner.refusing, group)?;
-        if lifecycle.is_cancellable() {
-            self.inner.in_flight.fetch_add(1, Ordering::AcqRel);
-        }
+        self.registry().insert_grouped(
+            &lifecycle,
+            &self.inner.refusing,
+            group,
+            Some(&self.inner.in_flight),
+        )?;
         Ok(Registration {
             connection: self.clone(),
             lifecycle,
@@ -271,13 +273,9 @@ impl Drop for Registration {
     fn drop(&mut self) {
         self.let_go();
         let lifecycle = &self.lifecycle;
-        self.connection.registry().remove(lifecycle);
-        if lifecycle.is_cancellable() {
-            self.connection
-                .inner
-                .in_flight
-                .fetch_sub(1, Ordering::AcqRel);
-        }
+        self.connection
+            .registry()
+            .remove_counted(lifecycle, Some(&self.connection.inner.in_flight));
     }
 }
 
