@@ -216,10 +216,23 @@ async fn dropping_serve_cancels_what_is_in_flight_and_fails_the_peers_calls() {
 async fn a_connection_closing_with_many_requests_lets_others_be_served_meanwhile() {
     // On a task: the test's own future is polled only every 61 tasks of the runtime (tokio's `block_on`), which
     // would miss the turns under test.
-    tokio::spawn(closing_with_many_requests()).await.unwrap();
+    tokio::spawn(closing_with_many_requests(None))
+        .await
+        .unwrap();
 }
 
-async fn closing_with_many_requests() {
+/// The same with both connections in one scope, whose table the closing one holds thousands of requests in: the
+/// close walks that table a chunk at a time, so the other connection's requests enter and leave it, and are
+/// answered, between the close's chunks and batches; and they are neither cancelled by the close nor missed by it.
+#[tokio::test]
+async fn a_connection_closing_with_many_requests_lets_another_of_its_scope_be_served_meanwhile() {
+    let scope = tower_cancel::scope::Scope::with_dialect(tower_cancel::dialect::Lsp);
+    tokio::spawn(closing_with_many_requests(Some(scope)))
+        .await
+        .unwrap();
+}
+
+async fn closing_with_many_requests(shared: Option<tower_cancel::scope::Scope>) {
     use std::sync::{Arc, Mutex};
 
     use tokio::io::AsyncWriteExt;
@@ -251,7 +264,10 @@ async fn closing_with_many_requests() {
             .count()
     };
     let connect = || {
-        let server = Server::with_stack(CancelStack::lsp(), handler.clone());
+        let mut server = Server::with_stack(CancelStack::lsp(), handler.clone());
+        if let Some(scope) = &shared {
+            server = server.in_scope(scope.clone());
+        }
         let registry = server.registry().clone();
         // Room for every reply the closing connection writes, so that its writer never waits for this test.
         let (client_out, server_in) = tokio::io::duplex(4 << 20);
@@ -281,16 +297,19 @@ async fn closing_with_many_requests() {
     while cancelled() == 0 {
         turn().await;
     }
-    let ping = tests::frame(
-        r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#,
-        Framing::ContentLength,
-    );
-    b_out.write_all(ping.as_bytes()).await.unwrap();
-    let reply = tests::read_frame(&mut b_in, Framing::ContentLength).await;
-    assert_eq!(
-        reply.as_deref(),
-        Some(r#"{"jsonrpc":"2.0","id":1,"result":"pong"}"#)
-    );
+    // B's requests use the ids of A's held ones: in a shared scope, ids are per connection.
+    for id in 1..=3 {
+        let ping = tests::frame(
+            &format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#),
+            Framing::ContentLength,
+        );
+        b_out.write_all(ping.as_bytes()).await.unwrap();
+        let reply = tests::read_frame(&mut b_in, Framing::ContentLength).await;
+        assert_eq!(
+            reply,
+            Some(format!(r#"{{"jsonrpc":"2.0","id":{id},"result":"pong"}}"#))
+        );
+    }
     let by_then = cancelled();
     assert!(
         by_then < HELD,
@@ -299,7 +318,7 @@ async fn closing_with_many_requests() {
 
     a_serving.await.unwrap().unwrap();
     assert_eq!(cancelled(), HELD);
-    assert!(a_registry.is_empty());
+    assert!(a_registry.is_empty(), "A's requests all left the table");
 }
 
 /// Go to the back of the runtime's queue once. Not `tokio::task::yield_now`, which defers its wake-up until the

@@ -496,3 +496,44 @@ fn loom_a_peer_call_racing_close() {
         assert_eq!(loom::future::block_on(call), Err(PeerError::Closed));
     });
 }
+
+#[test]
+fn loom_a_close_in_turns_against_another_connections_requests_growing_the_table() {
+    // A close walks the table a chunk at a time, letting go of the lock between chunks; meanwhile another
+    // connection of the scope registers requests, enough to grow the table (which moves every entry) at any point
+    // of the walk. Whatever the interleaving, the close cancels every request of its own connection, once, and
+    // none of the other's.
+    explore(
+        "a close in turns against another connection's requests growing the table",
+        || {
+            let registry = Registry::new();
+            let entry = |id: i64, conn: u64| Arc::new(Lifecycle::new(Id::from(id), conn));
+            let register = |registry: &Registry, lifecycle: &Arc<Lifecycle>| {
+                registry
+                    .insert(lifecycle, &std::sync::OnceLock::new())
+                    .unwrap();
+            };
+            // 4 requests: a table of 8 buckets, two chunks of the walk in this build, room for 3 more.
+            let closing: Vec<_> = (0..4).map(|id| entry(id, 1)).collect();
+            closing.iter().for_each(|l| register(&registry, l));
+            let other = thread::spawn({
+                let registry = registry.clone();
+                move || {
+                    // The 4th of these grows the table.
+                    let others: Vec<_> = (0..4).map(|id| entry(id, 2)).collect();
+                    others.iter().for_each(|l| register(&registry, l));
+                    others
+                }
+            });
+            let cancelled = loom::future::block_on(
+                registry.cancel_connection_in_turns(1, CancelReason::Disconnect),
+            );
+            let others = other.join().unwrap();
+            assert_eq!(cancelled, 4, "each of the closing connection's, once");
+            assert!(closing
+                .iter()
+                .all(|l| l.reason() == Some(&CancelReason::Disconnect)));
+            assert!(others.iter().all(|l| !l.is_cancelled()));
+        },
+    );
+}

@@ -16,6 +16,9 @@ use crate::{lifecycle::Lifecycle, message::Id};
 pub(super) struct InFlight {
     entries: HashTable<Arc<Lifecycle>>,
     hasher: IdHasher,
+    // Every insert so far: what tells a close's pass whether the table may have moved its entries meanwhile
+    // (`sweep.rs`).
+    inserts: u64,
 }
 
 impl InFlight {
@@ -23,6 +26,7 @@ impl InFlight {
         Self {
             entries: HashTable::new(),
             hasher: IdHasher::new(),
+            inserts: 0,
         }
     }
 
@@ -44,6 +48,7 @@ impl InFlight {
         let hasher = &self.hasher;
         self.entries
             .insert_unique(hash, lifecycle.clone(), |entry| hasher.hash(entry.id()));
+        self.inserts += 1;
         Ok(())
     }
 
@@ -81,6 +86,30 @@ impl InFlight {
     /// Every request in flight.
     pub(super) fn iter(&self) -> impl Iterator<Item = &Arc<Lifecycle>> {
         self.entries.iter()
+    }
+
+    // The table by position, for a pass that lets go of the lock between chunks (`sweep.rs`). Positions hold
+    // until the table grows or rehashes, which it does only on an insert that finds no `room` left.
+
+    /// How many buckets the table has: positions run from 0 to this.
+    pub(super) fn buckets(&self) -> usize {
+        self.entries.num_buckets()
+    }
+
+    /// The request at position `bucket`, if one is there.
+    pub(super) fn at(&self, bucket: usize) -> Option<&Arc<Lifecycle>> {
+        self.entries.get_bucket(bucket)
+    }
+
+    /// How many more requests the table takes before an insert may move its entries (grow it, or rehash it in
+    /// place). Removals never move entries.
+    pub(super) fn room(&self) -> usize {
+        self.entries.capacity() - self.entries.len()
+    }
+
+    /// How many requests were inserted so far.
+    pub(super) fn inserts(&self) -> u64 {
+        self.inserts
     }
 }
 

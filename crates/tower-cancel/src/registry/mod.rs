@@ -39,6 +39,7 @@ mod finished;
 mod groups;
 mod hasher;
 mod in_flight;
+mod sweep;
 mod turn;
 
 use std::{
@@ -64,6 +65,7 @@ pub use error::DuplicateId;
 use finished::{Ended, FinishedRequests};
 use groups::Groups;
 use in_flight::InFlight;
+use sweep::Sweep;
 use turn::{YieldOnce, CLOSE_BATCH};
 
 /// How many early cancels a registry remembers by default.
@@ -334,28 +336,41 @@ impl Registry {
         self.cancel_where(reason, |lifecycle| lifecycle.conn() == conn)
     }
 
-    /// As [`cancel_connection`](Self::cancel_connection), a batch of [`CLOSE_BATCH`] requests at a time with a turn
-    /// given to the executor's other tasks between batches: a connection closing with a million requests in flight
-    /// takes about a second to cancel them, which would otherwise hold one worker, and every task queued behind it,
-    /// for that long.
+    /// As [`cancel_connection`](Self::cancel_connection), in turns: the table is walked a chunk at a time, each
+    /// under the lock and let go of before the next ([`Sweep`]), and the requests found are cancelled
+    /// [`CLOSE_BATCH`] at a time, with a turn given to the executor's other tasks between batches. A connection
+    /// closing with a million requests in flight takes about a second to cancel them, and tens of milliseconds
+    /// only to find them: in one piece, either would hold one worker, and every task queued behind it, for that
+    /// long, and the pass would hold the scope's table from its other connections too.
+    ///
+    /// The connection refuses new requests before this begins, so a request of it registered meanwhile starts out
+    /// cancelled, whether or not the pass reaches it.
     pub(crate) async fn cancel_connection_in_turns(
         &self,
         conn: u64,
         reason: CancelReason,
     ) -> usize {
-        let targets = self.targets(|lifecycle| lifecycle.conn() == conn);
+        let mut sweep = Sweep::default();
+        let mut batch = Vec::with_capacity(CLOSE_BATCH);
         let mut cancelled = 0;
-        let mut batches = targets.chunks(CLOSE_BATCH).peekable();
-        while let Some(batch) = batches.next() {
+        loop {
+            let over = sweep.next_chunk(
+                &self.lock().in_flight,
+                |lifecycle| lifecycle.conn() == conn,
+                CLOSE_BATCH,
+                &mut batch,
+            );
+            // Cancel outside the lock: a request settled by it takes the lock again to leave. Each batch's
+            // handles are let go of here too, not all at the end (a million atomic decrements in one piece).
             cancelled += batch
-                .iter()
+                .drain(..)
                 .filter(|lifecycle| lifecycle.cancel(reason.clone()))
                 .count();
-            if batches.peek().is_some() {
-                YieldOnce::default().await;
+            if over {
+                return cancelled;
             }
+            YieldOnce::default().await;
         }
-        cancelled
     }
 
     fn cancel_where(&self, reason: CancelReason, which: impl Fn(&Lifecycle) -> bool) -> usize {
