@@ -216,7 +216,7 @@ async fn dropping_serve_cancels_what_is_in_flight_and_fails_the_peers_calls() {
 async fn a_connection_closing_with_many_requests_lets_others_be_served_meanwhile() {
     // On a task: the test's own future is polled only every 61 tasks of the runtime (tokio's `block_on`), which
     // would miss the turns under test.
-    tokio::spawn(closing_with_many_requests(None))
+    tokio::spawn(closing_with_many_requests(None, BAsks::WhileCancelling))
         .await
         .unwrap();
 }
@@ -227,12 +227,33 @@ async fn a_connection_closing_with_many_requests_lets_others_be_served_meanwhile
 #[tokio::test]
 async fn a_connection_closing_with_many_requests_lets_another_of_its_scope_be_served_meanwhile() {
     let scope = tower_cancel::scope::Scope::with_dialect(tower_cancel::dialect::Lsp);
-    tokio::spawn(closing_with_many_requests(Some(scope)))
+    tokio::spawn(closing_with_many_requests(
+        Some(scope),
+        BAsks::WhileCancelling,
+    ))
+    .await
+    .unwrap();
+}
+
+/// After its cancels, a closing connection answers its thousands of settled requests (-32800 each) a batch at a
+/// time too: another connection on the same worker is answered before the closing one has written its last reply.
+#[tokio::test]
+async fn a_connection_answering_many_cancelled_requests_lets_others_be_served_meanwhile() {
+    tokio::spawn(closing_with_many_requests(None, BAsks::WhileAnswering))
         .await
         .unwrap();
 }
 
-async fn closing_with_many_requests(shared: Option<tower_cancel::scope::Scope>) {
+/// When, in A's close, B sends its requests.
+#[derive(Clone, Copy, PartialEq)]
+enum BAsks {
+    /// Once A's close has cancelled its first request.
+    WhileCancelling,
+    /// Once A's close has cancelled all of them, while its read loop answers them.
+    WhileAnswering,
+}
+
+async fn closing_with_many_requests(shared: Option<tower_cancel::scope::Scope>, b_asks: BAsks) {
     use std::sync::{Arc, Mutex};
 
     use tokio::io::AsyncWriteExt;
@@ -294,7 +315,11 @@ async fn closing_with_many_requests(shared: Option<tower_cancel::scope::Scope>) 
 
     // A's client hangs up; once its close has begun, B sends a request.
     drop(a_out);
-    while cancelled() == 0 {
+    let begun = match b_asks {
+        BAsks::WhileCancelling => 1,
+        BAsks::WhileAnswering => HELD,
+    };
+    while cancelled() < begun {
         turn().await;
     }
     // B's requests use the ids of A's held ones: in a shared scope, ids are per connection.
@@ -310,11 +335,16 @@ async fn closing_with_many_requests(shared: Option<tower_cancel::scope::Scope>) 
             Some(format!(r#"{{"jsonrpc":"2.0","id":{id},"result":"pong"}}"#))
         );
     }
-    let by_then = cancelled();
-    assert!(
-        by_then < HELD,
-        "B was answered only after all {HELD} of A's requests were cancelled"
-    );
+    match b_asks {
+        BAsks::WhileCancelling => assert!(
+            cancelled() < HELD,
+            "B was answered only after all {HELD} of A's requests were cancelled"
+        ),
+        BAsks::WhileAnswering => assert!(
+            !a_serving.is_finished(),
+            "B was answered only after A had answered all {HELD} of its cancelled requests"
+        ),
+    }
 
     a_serving.await.unwrap().unwrap();
     assert_eq!(cancelled(), HELD);

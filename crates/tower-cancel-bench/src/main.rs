@@ -22,8 +22,8 @@ use tower_cancel_bench::{
     connections, cpu, criterion_results,
     http::{self, HttpTarget},
     ours::{
-        LSP_BARE, LSP_STACK, LSP_STACK_ADAPTIVE, LSP_STACK_KEEPING, LSP_STACK_SPAWNED, LSP_STACK_SPAWNED_LIMITED,
-        LSP_STACK_TIMEOUT, MCP_STACK, SPAWNED_LIMIT,
+        LSP_BARE, LSP_STACK, LSP_STACK_ADAPTIVE, LSP_STACK_KEEPING, LSP_STACK_SPAWNED,
+        LSP_STACK_SPAWNED_LIMITED, LSP_STACK_TIMEOUT, MCP_STACK, SPAWNED_LIMIT,
     },
     overhead, peer_side, peers,
     plot::{self, Series},
@@ -1159,7 +1159,10 @@ fn cpu_tables(sizes: &Sizes) -> Result<String, Box<dyn std::error::Error>> {
     }
     let held = sizes.in_flight[sizes.in_flight.len() - 1];
     let mut memory = Table::new(&["requests", "heap bytes per request held"]);
-    for (mode, target) in modes.iter().filter(|(_, target)| target.name != LSP_STACK_SPAWNED_LIMITED.name) {
+    for (mode, target) in modes
+        .iter()
+        .filter(|(_, target)| target.name != LSP_STACK_SPAWNED_LIMITED.name)
+    {
         let bytes = bytes::measure(Held::OverConnection(target.name, Transport::Duplex, held))?;
         memory.row(&[(*mode).to_owned(), format!("{bytes:.0}")]);
     }

@@ -34,6 +34,10 @@ use crate::{
     spawned::Spawned,
 };
 
+/// How many settled requests a closing connection answers before it gives its worker back to the runtime for a
+/// turn (about what tokio's own budget lets a task do on its resources before it yields).
+const SETTLED_PER_TURN: usize = 128;
+
 /// Why the read loop stopped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Ending {
@@ -292,10 +296,21 @@ where
             // while the connection still has one registered: on a shutdown the peer is still waiting for it.
             let mut grace = pin!(tokio::time::sleep(self.config.close_grace));
             let mut grace_over = false;
+            let mut answered = 0_usize;
             loop {
                 tokio::select! {
                     done = in_flight.next() => match done {
-                        Some(done) => self.answer(done),
+                        Some(done) => {
+                            self.answer(done);
+                            answered += 1;
+                            // A closing connection's requests all settle at once, and `in_flight` keeps
+                            // handing them out without ever returning pending: without a turn given back now and
+                            // then, answering a million holds this worker for seconds, and the tasks queued behind
+                            // it (other connections') with it.
+                            if answered % SETTLED_PER_TURN == 0 {
+                                tokio::task::yield_now().await;
+                            }
+                        }
                         None => break,
                     },
                     () = &mut grace, if !grace_over => grace_over = true,
