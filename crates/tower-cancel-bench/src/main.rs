@@ -1480,8 +1480,8 @@ fn connections_table(
          of its own, as a server's accept loop spawns them, over a Unix socket pair (the kernel holds the socket \
          buffers, not the heap). An idle connection is initialized (`initialize`, its reply, `initialized`), has \
          served one trivial `bench/work`, and then has nothing in flight; its client is a bare socket that writes \
-         nothing more. Every connection is served with the busy work's concurrency limit ({window}; ours and the \
-         hand-written one have none): a server configures its connections alike.\n\nMemory: {idle} idle \
+         nothing more. Every connection is served with the busy work's concurrency limit ({window}; ours and \
+         the hand-written ones have none): a server configures its connections alike.\n\nMemory: {idle} idle \
          connections opened one after another in a process that counts its heap (the `heap_bytes` binary), the \
          whole process's heap growth over opening them divided by their number: the server's state, its serve \
          task, the runtime's registration of both socket halves, and the client's share (its socket, the same in \
