@@ -64,27 +64,60 @@ pin_project! {
     }
 }
 
-/// The layer's [`Mode`] and, once a cooperative cancel came, the handler's grace timer: one value, since the timer
-/// only ever exists in cooperative mode (every request's future carries this, so it is kept to two words).
-enum Grace {
-    /// Abort mode: a cancel drops the handler at once.
-    None,
-    /// Cooperative mode, not cancelled yet: a cancel gives the handler this long to wind down.
-    Allowed(Duration),
-    /// Cooperative mode, cancelled: the handler winds down until this fires. Boxed: a timer is large.
-    Running(Pin<Box<Sleep>>),
+/// The layer's [`Mode`] and, once a cooperative cancel came, the handler's grace timer. One word, since every
+/// request's future carries it: abort mode (the default) keeps nothing, and a request of a cooperative layer keeps
+/// its period and then its timer in a box of its own (a grace period inline would take two words, and a timer
+/// many more, in every future of the type).
+struct Grace(Option<Pin<Box<Cooperative>>>);
+
+pin_project! {
+    struct Cooperative {
+        // How long the handler may take to wind down once cancelled.
+        period: Duration,
+        // Armed by the cancel: the handler is dropped when it fires.
+        #[pin]
+        timer: Option<Sleep>,
+    }
 }
 
 impl Grace {
     fn of(mode: Mode) -> Self {
         match mode {
-            Mode::Abort => Grace::None,
-            Mode::Cooperative { grace } => Grace::Allowed(grace),
+            Mode::Abort => Grace(None),
+            Mode::Cooperative { grace } => Grace(Some(Box::pin(Cooperative {
+                period: grace,
+                timer: None,
+            }))),
         }
     }
 
     fn is_running(&self) -> bool {
-        matches!(self, Grace::Running(_))
+        self.0.as_ref().is_some_and(|c| c.timer.is_some())
+    }
+
+    /// The request was cancelled: start the handler's grace period, if it has one. Returns whether it did (else
+    /// the handler stops now).
+    fn start(&mut self) -> bool {
+        match &mut self.0 {
+            Some(cooperative) => {
+                let mut cooperative = cooperative.as_mut().project();
+                let period = *cooperative.period;
+                cooperative.timer.set(Some(tokio::time::sleep(period)));
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Whether the grace period started and is over.
+    fn is_over(&mut self, cx: &mut Context<'_>) -> bool {
+        let Some(cooperative) = &mut self.0 else {
+            return false;
+        };
+        match cooperative.as_mut().project().timer.as_pin_mut() {
+            Some(timer) => timer.poll(cx).is_ready(),
+            None => false,
+        }
     }
 }
 
@@ -186,25 +219,17 @@ where
     S: Service<Request>,
     S::Error: Into<BoxError>,
 {
-    // A cancel before the first poll stops the handler before it is even called.
-    if lifecycle.is_cancelled() && !grace.is_running() {
-        match *grace {
-            Grace::Allowed(period) if !dispatch.is_waiting() => {
-                *grace = Grace::Running(Box::pin(tokio::time::sleep(period)));
-            }
-            Grace::None | Grace::Allowed(_) | Grace::Running(_) => {
-                // Dropping the inner future stops the handler wherever it was parked. A request still
-                // queued behind backpressure has no handler to wind down: it never runs, in any mode.
-                drop_inner(dispatch.as_mut());
-                return Poll::Ready(Err(cancelled_error(lifecycle)));
-            }
-        }
+    // A cancel before the first poll stops the handler before it is even called. Dropping the inner future stops
+    // the handler wherever it was parked; a request still queued behind backpressure has no handler to wind down:
+    // it never runs, in any mode.
+    if lifecycle.is_cancelled() && !grace.is_running() && (dispatch.is_waiting() || !grace.start())
+    {
+        drop_inner(dispatch.as_mut());
+        return Poll::Ready(Err(cancelled_error(lifecycle)));
     }
-    if let Grace::Running(sleep) = grace {
-        if sleep.as_mut().poll(cx).is_ready() {
-            drop_inner(dispatch.as_mut());
-            return Poll::Ready(Err(cancelled_error(lifecycle)));
-        }
+    if grace.is_over(cx) {
+        drop_inner(dispatch.as_mut());
+        return Poll::Ready(Err(cancelled_error(lifecycle)));
     }
     let output = match poll_catching(dispatch.as_mut(), cx) {
         Poll::Ready(output) => output,

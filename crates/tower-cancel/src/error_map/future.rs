@@ -2,7 +2,6 @@ use std::{
     fmt,
     future::Future,
     pin::Pin,
-    sync::Arc,
     task::{ready, Context, Poll},
 };
 
@@ -14,6 +13,7 @@ use crate::{
     dialect::Dialect,
     message::{Id, Response},
     outcome::BoxError,
+    scope::Connection,
 };
 
 pin_project! {
@@ -38,14 +38,15 @@ pin_project! {
 /// What a reply is about, kept while the request runs: only what rendering it needs. One value rather than an
 /// id and a method side by side, so that a request held for long keeps the room of one of them.
 pub(crate) enum Subject {
-    /// A request: its reply names `id`. `spoken` is its scope's dialect, where the scope speaks one (else the
-    /// layer's renders the reply).
+    /// A request: its reply names `id`. `spoken` is its connection, where its scope speaks a dialect: that one
+    /// renders the reply (else the layer's). The connection rather than the dialect's shared handle: the same clone,
+    /// but one word where the handle takes two, in a future held for every request in flight.
     Request {
         id: Id,
         server_cancellable: bool,
         // Whether a group cancel is answered with a result (`Dialect::answers_group_cancel`).
         answers_group: bool,
-        spoken: Option<Arc<dyn Dialect>>,
+        spoken: Option<Connection>,
     },
     /// A notification: never answered; its method is kept to log a failure.
     Notification { method: String },
@@ -66,7 +67,13 @@ impl fmt::Debug for Subject {
                 .field("id", id)
                 .field("server_cancellable", server_cancellable)
                 .field("answers_group", answers_group)
-                .field("spoken", &spoken.as_ref().map(|dialect| dialect.name()))
+                .field(
+                    "spoken",
+                    &spoken
+                        .as_ref()
+                        .and_then(|connection| connection.scope().dialect())
+                        .map(|dialect| dialect.name()),
+                )
                 .finish(),
             Subject::Notification { method } => f
                 .debug_struct("Notification")
@@ -125,26 +132,16 @@ where
                 id,
                 server_cancellable,
                 answers_group,
-                spoken: Some(dialect),
-            } => Poll::Ready(Ok(render(
-                id,
-                outcome,
-                server_cancellable,
-                answers_group,
-                &*dialect,
-            ))),
-            Subject::Request {
-                id,
-                server_cancellable,
-                answers_group,
-                spoken: None,
-            } => Poll::Ready(Ok(render(
-                id,
-                outcome,
-                server_cancellable,
-                answers_group,
-                this.dialect,
-            ))),
+                spoken,
+            } => {
+                let reply = match spoken.as_ref().and_then(|c| c.scope().dialect()) {
+                    Some(dialect) => {
+                        render(id, outcome, server_cancellable, answers_group, &**dialect)
+                    }
+                    None => render(id, outcome, server_cancellable, answers_group, this.dialect),
+                };
+                Poll::Ready(Ok(reply))
+            }
             Subject::Notification { method } => {
                 if let Err(error) = outcome {
                     tracing::warn!(method, %error, "notification handler failed");

@@ -131,12 +131,15 @@ where
         let subject = match req.id() {
             // The reply is in the dialect of the request's scope, where the scope speaks one: the dialect the
             // cancel layer below read the request in. The layer's own stands in for a scope that speaks none.
-            Some(id) => match req.connection().and_then(|c| c.scope().dialect()) {
-                Some(dialect) => Subject::Request {
+            Some(id) => match req
+                .connection()
+                .and_then(|c| Some((c, c.scope().dialect()?)))
+            {
+                Some((connection, dialect)) => Subject::Request {
                     id: id.clone(),
                     server_cancellable: dialect.is_server_cancellable(req.method()),
                     answers_group: dialect.answers_group_cancel(req.method()),
-                    spoken: Some(dialect.clone()),
+                    spoken: Some(connection.clone()),
                 },
                 None => Subject::Request {
                     id: id.clone(),
