@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use hashbrown::HashTable;
+use hashbrown::{hash_table::Entry, HashTable};
 
 use super::{hasher::IdHasher, DuplicateId, WHOLE_SCOPE};
 use crate::{lifecycle::Lifecycle, message::Id};
@@ -16,8 +16,8 @@ use crate::{lifecycle::Lifecycle, message::Id};
 pub(super) struct InFlight {
     entries: HashTable<Arc<Lifecycle>>,
     hasher: IdHasher,
-    // Every insert so far: what tells a close's pass whether the table may have moved its entries meanwhile
-    // (`sweep.rs`).
+    // Every insert tried so far (a duplicate's too): what tells a close's pass whether the table may have moved
+    // its entries meanwhile (`sweep.rs`).
     inserts: u64,
 }
 
@@ -34,27 +34,29 @@ impl InFlight {
         self.entries.len()
     }
 
-    /// Add `lifecycle`, unless its connection already has a request of its id in flight.
+    /// Add `lifecycle`, unless its connection already has a request of its id in flight. One probe of the table
+    /// finds a duplicate or the slot the request goes in.
     pub(super) fn insert(&mut self, lifecycle: &Arc<Lifecycle>) -> Result<(), DuplicateId> {
         let (id, conn) = (lifecycle.id(), lifecycle.conn());
-        let hash = self.hasher.hash(id);
-        if self
-            .entries
-            .find(hash, |other| other.conn() == conn && other.id() == id)
-            .is_some()
-        {
-            return Err(DuplicateId(id.clone()));
-        }
         let hasher = &self.hasher;
-        self.entries
-            .insert_unique(hash, lifecycle.clone(), |entry| hasher.hash(entry.id()));
+        // Counted before the probe: it makes room first, so even an insert refused as a duplicate may move entries.
         self.inserts += 1;
-        Ok(())
+        match self.entries.entry(
+            hasher.hash_id(id),
+            |other| other.conn() == conn && other.id() == id,
+            |entry| hasher.hash_id(entry.id()),
+        ) {
+            Entry::Occupied(_) => Err(DuplicateId(id.clone())),
+            Entry::Vacant(slot) => {
+                slot.insert(lifecycle.clone());
+                Ok(())
+            }
+        }
     }
 
     /// Take `lifecycle` out (this very request, not another of its id). Returns whether it was in.
     pub(super) fn remove(&mut self, lifecycle: &Arc<Lifecycle>) -> bool {
-        let hash = self.hasher.hash(lifecycle.id());
+        let hash = self.hasher.hash_id(lifecycle.id());
         match self
             .entries
             .find_entry(hash, |entry| Arc::ptr_eq(entry, lifecycle))
@@ -74,7 +76,7 @@ impl InFlight {
         id: &'a Id,
     ) -> impl Iterator<Item = &'a Arc<Lifecycle>> + 'a {
         self.entries
-            .iter_hash(self.hasher.hash(id))
+            .iter_hash(self.hasher.hash_id(id))
             .filter(move |entry| (conn == WHOLE_SCOPE || entry.conn() == conn) && entry.id() == id)
     }
 
@@ -107,7 +109,7 @@ impl InFlight {
         self.entries.capacity() - self.entries.len()
     }
 
-    /// How many requests were inserted so far.
+    /// How many inserts were tried so far, refused duplicates included (each may have moved the entries).
     pub(super) fn inserts(&self) -> u64 {
         self.inserts
     }
