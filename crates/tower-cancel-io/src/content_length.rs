@@ -1,8 +1,9 @@
 //! LSP's framing: `Content-Length: N\r\n\r\n` and N bytes of UTF-8 JSON.
 
-use std::{fmt::Write, io};
+use std::{fmt::Write, io, sync::LazyLock};
 
 use bytes::{Buf, BufMut, BytesMut};
+use memchr::memmem::Finder;
 use tokio_util::codec::{Decoder, Encoder};
 
 use crate::frame::{FrameError, DEFAULT_MAX_FRAME_SIZE};
@@ -59,20 +60,69 @@ impl ContentLengthCodec {
         let head = std::str::from_utf8(head)
             .map_err(|_| FrameError::InvalidHeader("header is not UTF-8".into()))?;
         let mut length = None;
-        for line in head.split("\r\n") {
+        for line in crlf_lines(head) {
             let Some((name, value)) = line.split_once(':') else {
                 return Err(FrameError::InvalidHeader(format!(
                     "malformed header line {line:?}"
                 )));
             };
-            if name.trim().eq_ignore_ascii_case("content-length") {
-                let value = value.trim();
+            if trim(name).eq_ignore_ascii_case("content-length") {
+                let value = trim(value);
                 length = Some(value.parse::<usize>().map_err(|_| {
                     FrameError::InvalidHeader(format!("invalid Content-Length {value:?}"))
                 })?);
             }
         }
         length.ok_or_else(|| FrameError::InvalidHeader("missing Content-Length".into()))
+    }
+}
+
+/// Where the header block that starts `bytes` ends (its blank line), if it does. The searcher is built once: a
+/// `memmem::find` builds one for every frame.
+fn header_end(bytes: &[u8]) -> Option<usize> {
+    static TERMINATOR: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\r\n\r\n"));
+    TERMINATOR.find(bytes)
+}
+
+/// The lines of a header block, split at each `\r\n` (a lone `\r` or `\n` stays inside its line), as
+/// `head.split("\r\n")` gives them without building a string searcher for every frame.
+fn crlf_lines(head: &str) -> impl Iterator<Item = &str> {
+    let mut rest = Some(head);
+    std::iter::from_fn(move || {
+        let text = rest?;
+        let bytes = text.as_bytes();
+        let mut from = 0;
+        while let Some(at) = memchr::memchr(b'\r', &bytes[from..]).map(|p| p + from) {
+            if bytes.get(at + 1) == Some(&b'\n') {
+                // Both are ASCII: the cuts fall on character boundaries.
+                rest = Some(&text[at + 2..]);
+                return Some(&text[..at]);
+            }
+            from = at + 1;
+        }
+        rest = None;
+        Some(text)
+    })
+}
+
+/// `text.trim()`, without decoding characters where the ends are ASCII (a header always is, but `trim` steps
+/// through it as Unicode): ASCII whitespace as `char::is_whitespace` has it (vertical tab included) is cut byte by
+/// byte, and only an end that is not ASCII is left to `trim`.
+fn trim(text: &str) -> &str {
+    let is_space = |b: &u8| matches!(b, b' ' | b'\t' | b'\n' | b'\x0B' | b'\x0C' | b'\r');
+    let bytes = text.as_bytes();
+    let start = bytes
+        .iter()
+        .position(|b| !is_space(b))
+        .unwrap_or(bytes.len());
+    let end = bytes
+        .iter()
+        .rposition(|b| !is_space(b))
+        .map_or(start, |p| p + 1);
+    let trimmed = &text[start..end];
+    match (trimmed.as_bytes().first(), trimmed.as_bytes().last()) {
+        (Some(first), Some(last)) if !first.is_ascii() || !last.is_ascii() => trimmed.trim(),
+        _ => trimmed,
     }
 }
 
@@ -93,9 +143,7 @@ impl Decoder for ContentLengthCodec {
                     // block is cut at the same byte whether it came in one read or in many.
                     let window = src.len().min(MAX_HEADER_SIZE + 1);
                     let from = self.searched.saturating_sub(3);
-                    let Some(at) =
-                        memchr::memmem::find(&src[from..window], b"\r\n\r\n").map(|p| p + from)
-                    else {
+                    let Some(at) = header_end(&src[from..window]).map(|p| p + from) else {
                         if src.len() > MAX_HEADER_SIZE {
                             // Keep the last 3 bytes searched: they may be the start of a terminator of a header
                             // that follows the garbage.
@@ -194,6 +242,31 @@ impl Encoder<&[u8]> for ContentLengthCodec {
 mod tests {
     use super::*;
     use crate::decode_test::{decode_all, decode_byte_by_byte};
+
+    #[test]
+    fn header_lines_and_trimming_are_those_of_str_split_and_trim() {
+        let texts = [
+            "",
+            "Content-Length: 5",
+            "Content-Length: 5\r\nContent-Type: x",
+            "a\rb\nc\r\n\r\nd\r",
+            "\r\r\n\n\r\n",
+            "\r\n",
+            " \t\x0B\x0C value \r\n",
+            "\u{a0}Content-Length\u{2003}",
+            " \u{a0} 12 \u{a0} ",
+            "\u{3000}",
+            "é: 1\r\nÉ\r",
+        ];
+        for text in texts {
+            let ours: Vec<_> = crlf_lines(text).collect();
+            let std: Vec<_> = text.split("\r\n").collect();
+            assert_eq!(ours, std, "lines of {text:?}");
+            for piece in std.iter().copied().chain([text]) {
+                assert_eq!(trim(piece), piece.trim(), "trim of {piece:?}");
+            }
+        }
+    }
 
     #[test]
     fn round_trip() {

@@ -40,6 +40,7 @@ mod requests;
 mod server;
 mod settled;
 mod shutdown;
+mod signal;
 mod spawned;
 mod write;
 

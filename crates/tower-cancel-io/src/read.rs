@@ -14,10 +14,7 @@ use std::{
 use bytes::BytesMut;
 use futures_util::StreamExt;
 use tokio::{io::AsyncRead, time::Sleep};
-use tokio_util::{
-    codec::{Decoder, FramedRead},
-    sync::CancellationToken,
-};
+use tokio_util::codec::{Decoder, FramedRead};
 use tower_cancel::{
     error_map::error_object, unwind, BoxError, CancelReason, Connection, ErrorObject, Incoming,
     Message, Request, Response, Unavailable,
@@ -31,6 +28,7 @@ use crate::{
     in_flight::InFlight,
     requests::{Mode, Started},
     settled::{outcome_of, panicked, Settled},
+    signal::Signal,
     spawned::Spawned,
 };
 
@@ -55,8 +53,8 @@ pub(crate) struct ReadLoop<S> {
     pace: Pace,
     connection: Connection,
     config: Config,
-    shutdown: CancellationToken,
-    writer_gone: CancellationToken,
+    shutdown: Signal,
+    writer_gone: Signal,
 }
 
 /// Closes the connection when the read loop ends in any way: returning, panicking, or its `serve` future dropped
@@ -82,8 +80,8 @@ where
         mode: Mode<S>,
         connection: Connection,
         config: Config,
-        shutdown: CancellationToken,
-        writer_gone: CancellationToken,
+        shutdown: Signal,
+        writer_gone: Signal,
     ) -> Self {
         Self {
             service,
@@ -118,10 +116,10 @@ where
             // The tokens and the drain's timer are read here, with a load each, and polled in the `select!` below
             // only when nothing else is ready: a waiter registered on a token costs a lock to add and one to
             // remove, which every frame and every reply would pay if the tokens came first.
-            if self.writer_gone.is_cancelled() {
+            if self.writer_gone.has_fired() {
                 break;
             }
-            if ending == Ending::Disconnect && self.shutdown.is_cancelled() {
+            if ending == Ending::Disconnect && self.shutdown.has_fired() {
                 ending = self.begin_drain(drain.as_mut(), in_flight.len());
                 if in_flight.is_empty() {
                     break;
@@ -154,8 +152,8 @@ where
                 }
                 frame = frames.next(), if !full => frame,
                 // Polled only when no reply and no frame is ready: the loop's head has already checked them.
-                () = self.writer_gone.cancelled() => break,
-                () = self.shutdown.cancelled(), if !draining => continue,
+                () = self.writer_gone.fired() => break,
+                () = self.shutdown.fired(), if !draining => continue,
                 () = &mut drain, if draining => continue,
                 // The peer is not reading its replies: read nothing more from it until the writer catches up.
                 () = outbox.room(), if full => continue,
@@ -212,10 +210,10 @@ where
             // watching what ends the connection: a service that never becomes ready must not hold it open.
             let ready = loop {
                 // As in the outer loop: the tokens are read first, and waited on only when the service is not ready.
-                if self.writer_gone.is_cancelled() {
+                if self.writer_gone.has_fired() {
                     break None;
                 }
-                if ending == Ending::Disconnect && self.shutdown.is_cancelled() {
+                if ending == Ending::Disconnect && self.shutdown.has_fired() {
                     // The request waiting here is refused when the service takes it (it starts out cancelled).
                     ending = self.begin_drain(drain.as_mut(), in_flight.len() + 1);
                 }
@@ -227,8 +225,8 @@ where
                     biased;
                     Some(done) = in_flight.next(), if !in_flight.is_empty() => self.answer(done),
                     ready = poll_fn(|cx| self.service.poll_ready(cx)) => break Some(ready),
-                    () = self.writer_gone.cancelled() => {}
-                    () = self.shutdown.cancelled(), if !draining => {}
+                    () = self.writer_gone.fired() => {}
+                    () = self.shutdown.fired(), if !draining => {}
                     () = &mut drain, if draining => {}
                 }
             };

@@ -24,6 +24,7 @@ use crate::{
     read::ReadLoop,
     requests::{caller, Mode},
     shutdown::ShutdownHandle,
+    signal::Signal,
     spawned::spawner,
     write::write_loop,
 };
@@ -340,7 +341,7 @@ where
         let close_grace = self.config.close_grace;
         // The writer stops when told, not when every outbox is dropped: handlers may keep clones.
         let closing = CancellationToken::new();
-        let writer_gone = CancellationToken::new();
+        let writer_gone = Signal::default();
         let writer = write_loop(
             FramedWrite::new(writer, codec.clone()),
             rx,
@@ -354,7 +355,7 @@ where
                 self.mode,
                 self.connection,
                 self.config,
-                self.shutdown.token().clone(),
+                self.shutdown.signal().clone(),
                 writer_gone,
             )
             .run(FramedRead::new(reader, codec))

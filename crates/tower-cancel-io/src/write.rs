@@ -10,6 +10,8 @@ use tokio_util::{
 };
 use tower_cancel::outbox::{OutboxReceiver, Outgoing};
 
+use crate::signal::Signal;
+
 /// Write what the outbox queues until `closing` (the read loop is done), then what is still queued, within
 /// `close_grace`: a peer that stopped reading cannot hold the connection open. `writer_gone` tells the read loop
 /// that the peer can no longer hear this side.
@@ -17,7 +19,7 @@ pub(crate) async fn write_loop<W, C>(
     mut sink: FramedWrite<W, C>,
     mut rx: OutboxReceiver,
     closing: CancellationToken,
-    writer_gone: CancellationToken,
+    writer_gone: Signal,
     close_grace: Duration,
 ) -> io::Result<()>
 where
@@ -41,7 +43,7 @@ where
     // Closing the receiver makes later sends fail, and the token tells the read loop that the peer cannot hear us
     // any more.
     rx.close();
-    writer_gone.cancel();
+    writer_gone.fire();
     match result {
         // A peer that hung up is a disconnect, not a failure of this side.
         Err(error) if error.kind() == io::ErrorKind::BrokenPipe => Ok(()),
