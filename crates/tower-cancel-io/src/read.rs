@@ -113,7 +113,7 @@ where
         let mut stall = pin!(tokio::time::sleep(Duration::ZERO));
         let mut was_full = false;
         loop {
-            // The tokens and the drain's timer are read here, with a load each, and polled in the `select!` below
+            // The signals and the drain's timer are read here, with a load each, and polled in the `select!` below
             // only when nothing else is ready: a waiter registered on a token costs a lock to add and one to
             // remove, which every frame and every reply would pay if the tokens came first.
             if self.writer_gone.has_fired() {
@@ -209,7 +209,7 @@ where
             // Wait for readiness while still settling requests in flight (readiness may depend on them), and while
             // watching what ends the connection: a service that never becomes ready must not hold it open.
             let ready = loop {
-                // As in the outer loop: the tokens are read first, and waited on only when the service is not ready.
+                // As in the outer loop: the signals are read first, and waited on only when the service is not ready.
                 if self.writer_gone.has_fired() {
                     break None;
                 }
