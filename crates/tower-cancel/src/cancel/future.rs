@@ -219,15 +219,14 @@ where
     S: Service<Request>,
     S::Error: Into<BoxError>,
 {
-    // A cancel before the first poll stops the handler before it is even called. Dropping the inner future stops
-    // the handler wherever it was parked; a request still queued behind backpressure has no handler to wind down:
-    // it never runs, in any mode.
-    if lifecycle.is_cancelled() && !grace.is_running() && (dispatch.is_waiting() || !grace.start())
-    {
-        drop_inner(dispatch.as_mut());
-        return Poll::Ready(Err(cancelled_error(lifecycle)));
-    }
-    if grace.is_over(cx) {
+    // A cancel stops the handler now, unless it starts its grace period (a cancel before the first poll stops it
+    // before it is even called); the period's end stops it too. Dropping the inner future stops the handler
+    // wherever it was parked; a request still queued behind backpressure has no handler to wind down: it never
+    // runs, in any mode.
+    let stops_now = lifecycle.is_cancelled()
+        && !grace.is_running()
+        && (dispatch.is_waiting() || !grace.start());
+    if stops_now || grace.is_over(cx) {
         drop_inner(dispatch.as_mut());
         return Poll::Ready(Err(cancelled_error(lifecycle)));
     }
