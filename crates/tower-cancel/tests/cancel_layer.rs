@@ -4,7 +4,7 @@ use serde_json::{json, Value};
 use tokio_test::{assert_pending, assert_ready, assert_ready_err, assert_ready_ok, task};
 use tower_cancel::{
     dialect::Lsp, registry::DuplicateId, CancelLayer, CancelReason, Cancelled, Connection, Outbox,
-    Registry, Request, Scope, Unavailable,
+    Registry, Request, Scope,
 };
 use tower_test::mock;
 
@@ -56,36 +56,6 @@ async fn always_ready_and_a_queued_request_is_cancelled_without_reaching_the_ser
     let mut next = task::spawn(handle.next_request());
     assert_pending!(next.poll());
     assert_eq!(registry.stats().cancelled, 1);
-}
-
-#[tokio::test]
-async fn a_ready_service_is_handed_its_request_in_call_and_one_that_fails_readiness_never_is() {
-    let (mut service, mut handle) = mock::spawn_layer::<Request, Value, _>(CancelLayer::new(Lsp));
-    let (connection, registry) = connection();
-    assert_ready_ok!(service.poll_ready());
-    let response = service.call(in_scope(&connection, Request::new(3, "work", ())));
-    // Its future not polled yet: the request reached the service in `call`, with its context.
-    let (request, send) = assert_ready!(task::spawn(handle.next_request()).poll())
-        .expect("the request reached the service");
-    assert_eq!(
-        request.context().map(|ctx| ctx.id().clone()),
-        Some(3.into())
-    );
-    send.send_response(json!("done"));
-    assert_eq!(
-        assert_ready_ok!(task::spawn(response).poll()),
-        json!("done")
-    );
-    assert!(registry.is_empty());
-
-    // A service that fails readiness: the request's outcome is `Unavailable`, and the service never sees it.
-    handle.send_error("gone");
-    assert_ready_ok!(service.poll_ready());
-    let mut failed = task::spawn(service.call(in_scope(&connection, Request::new(4, "work", ()))));
-    let error = assert_ready_err!(failed.poll());
-    assert!(error.is::<Unavailable>(), "{error}");
-    assert!(registry.is_empty());
-    assert_pending!(task::spawn(handle.next_request()).poll());
 }
 
 #[tokio::test]

@@ -220,17 +220,7 @@ where
             Admitted::Duplicate(duplicate) => ResponseFuture::ready(Err(Box::new(duplicate))),
             Admitted::Request(context, settlement) => {
                 req.set_context(context);
-                // Called here when the inner service is ready (inside the request's span, as its polls are), so
-                // the request is not parked in its future and moved out again on the first poll. One that starts
-                // out cancelled (an early cancel, a connection that refuses new work) is never called: its
-                // future answers the cancel.
-                let dispatch = if settlement.lifecycle().is_cancelled() {
-                    Dispatch::new(inner, req)
-                } else {
-                    let _span = settlement.enter();
-                    Dispatch::start(inner, req)
-                };
-                ResponseFuture::racing(dispatch, settlement, self.mode)
+                ResponseFuture::racing(Dispatch::new(inner, req), settlement, self.mode)
             }
         }
     }
