@@ -19,7 +19,7 @@ use std::time::Duration;
 use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
 use serde_json::{json, Value};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::codec::Decoder;
 use tower::{service_fn, ServiceBuilder};
 use tower_cancel::{BoxError, CancelStack, Dialect, Message, Request};
@@ -80,7 +80,16 @@ async fn serve<D: Dialect + Clone>(stack: CancelStack<D>, framing: Framing, inpu
     let server = Server::new(service).max_frame_size(MAX_FRAME);
     let registry = server.registry().clone();
     let (mut peer, reader) = tokio::io::duplex(256);
-    let mut output = Vec::new();
+    // The writer runs on a task of its own, so it owns its end; what it writes is collected from the other.
+    let (writer, mut written) = tokio::io::duplex(64 * 1024);
+    let collect = async move {
+        let mut output = Vec::new();
+        written
+            .read_to_end(&mut output)
+            .await
+            .expect("reading what the server wrote");
+        output
+    };
     let feed = async move {
         let mut rest = input;
         while let Some(&first) = rest.first() {
@@ -93,16 +102,17 @@ async fn serve<D: Dialect + Clone>(stack: CancelStack<D>, framing: Framing, inpu
         }
         // Dropping `peer` ends the input.
     };
-    let serve = server.serve(reader, &mut output, framing);
+    let serve = server.serve(reader, writer, framing);
     let done = tokio::time::timeout(Duration::from_secs(3600), async {
-        tokio::join!(feed, serve).1
+        let ((), served, output) = tokio::join!(feed, serve, collect);
+        (served, output)
     })
     .await;
-    match done {
-        Ok(Ok(())) => {}
-        Ok(Err(error)) => panic!("serve failed: {error}"),
+    let output = match done {
+        Ok((Ok(()), output)) => output,
+        Ok((Err(error), _)) => panic!("serve failed: {error}"),
         Err(_) => panic!("serve did not return within an hour after the input ended"),
-    }
+    };
     assert!(registry.is_empty(), "{} requests left", registry.len());
     output
 }

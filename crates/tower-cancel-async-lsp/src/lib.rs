@@ -195,7 +195,7 @@ where
         L: Service<Request, Response = Option<Response>>,
         L::Error: Into<BoxError>,
         R: AsyncRead + Unpin,
-        W: AsyncWrite + Unpin,
+        W: AsyncWrite + Send + Unpin + 'static,
     {
         let exit = self.service.hub.exit.clone();
         let bridge = self.run(server.peer());

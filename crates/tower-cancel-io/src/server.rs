@@ -1,6 +1,6 @@
 //! The connection driver: its builder, `Server`, and the entry points that serve a connection with it.
 
-use std::{fmt, io, time::Duration};
+use std::{fmt, future::Future, io, time::Duration};
 
 use bytes::BytesMut;
 use futures_util::future;
@@ -8,6 +8,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::{
     codec::{Decoder, Encoder, FramedRead, FramedWrite},
     sync::CancellationToken,
+    task::AbortOnDropHandle,
 };
 use tower_cancel::{
     outbox::OutboxReceiver, BoxError, CancelStack, Connection, Dialect, Outbox, Peer, Registry,
@@ -26,7 +27,7 @@ use crate::{
     shutdown::ShutdownHandle,
     signal::Signal,
     spawned::spawner,
-    write::write_loop,
+    write::WriteLoop,
 };
 
 /// How messages are delimited on the byte stream.
@@ -309,10 +310,13 @@ where
     }
 
     /// Serve the connection until the peer closes it.
+    ///
+    /// The writer runs on a task of its own (see [`serve_with`](Self::serve_with)); a writer that cannot be sent
+    /// to another thread is served with [`serve_local_with`](Self::serve_local_with).
     pub async fn serve<R, W>(self, reader: R, writer: W, framing: Framing) -> io::Result<()>
     where
         R: AsyncRead + Unpin,
-        W: AsyncWrite + Unpin,
+        W: AsyncWrite + Send + Unpin + 'static,
     {
         let max = self.config.max_frame_size;
         match framing {
@@ -328,7 +332,56 @@ where
     }
 
     /// Serve the connection with any codec that yields frames the way the built-in ones do.
-    pub async fn serve_with<R, W, C>(mut self, reader: R, writer: W, codec: C) -> io::Result<()>
+    ///
+    /// The writer runs on a tokio task of its own, as a hand-written server's would: on a multi-threaded runtime,
+    /// framing and writing the replies then take another core than reading the requests and running their
+    /// handlers (the read loop only queues each reply). Dropping the returned future stops the writer too, at once,
+    /// as it stops the read loop. A panic of the writer's is resumed here.
+    pub async fn serve_with<R, W, C>(self, reader: R, writer: W, codec: C) -> io::Result<()>
+    where
+        R: AsyncRead + Unpin,
+        W: AsyncWrite + Send + Unpin + 'static,
+        C: Decoder<Item = Result<BytesMut, FrameError>, Error = io::Error>
+            + for<'a> Encoder<&'a [u8], Error = io::Error>
+            + Clone
+            + Send
+            + 'static,
+    {
+        let (read, write) = self.halves(reader, writer, codec);
+        let write = AbortOnDropHandle::new(tokio::spawn(write.run()));
+        let read = read.await;
+        let write = match write.await {
+            Ok(write) => write,
+            Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+            // Only a runtime shutting down cancels the task (this future aborts it only when dropped).
+            Err(error) => Err(io::Error::other(error)),
+        };
+        read.and(write)
+    }
+
+    /// [`serve_with`](Self::serve_with) for a writer that cannot be sent to another thread: the writer is polled
+    /// in this future, beside the read loop, so the connection takes one core at most.
+    pub async fn serve_local_with<R, W, C>(self, reader: R, writer: W, codec: C) -> io::Result<()>
+    where
+        R: AsyncRead + Unpin,
+        W: AsyncWrite + Unpin,
+        C: Decoder<Item = Result<BytesMut, FrameError>, Error = io::Error>
+            + for<'a> Encoder<&'a [u8], Error = io::Error>
+            + Clone,
+    {
+        let (read, write) = self.halves(reader, writer, codec);
+        let (read, write) = future::join(read, write.run()).await;
+        read.and(write)
+    }
+
+    /// The connection's two loops: reading (requests in, handlers run, replies queued) and writing (what the
+    /// outbox queued, framed). The read loop tells the writer when it is done.
+    fn halves<R, W, C>(
+        mut self,
+        reader: R,
+        writer: W,
+        codec: C,
+    ) -> (impl Future<Output = io::Result<()>>, WriteLoop<W, C>)
     where
         R: AsyncRead + Unpin,
         W: AsyncWrite + Unpin,
@@ -342,14 +395,14 @@ where
         // The writer stops when told, not when every outbox is dropped: handlers may keep clones.
         let closing = CancellationToken::new();
         let writer_gone = Signal::default();
-        let writer = write_loop(
-            FramedWrite::new(writer, codec.clone()),
+        let write = WriteLoop {
+            sink: FramedWrite::new(writer, codec.clone()),
             rx,
-            closing.clone(),
-            writer_gone.clone(),
+            closing: closing.clone(),
+            writer_gone: writer_gone.clone(),
             close_grace,
-        );
-        let reader = async {
+        };
+        let read = async move {
             let read = ReadLoop::new(
                 self.service,
                 self.mode,
@@ -363,8 +416,7 @@ where
             closing.cancel();
             read
         };
-        let (read, write) = future::join(reader, writer).await;
-        read.and(write)
+        (read, write)
     }
 }
 

@@ -34,6 +34,21 @@ impl Signal {
     pub(crate) fn fired(&self) -> WaitForCancellationFuture<'_> {
         self.token.cancelled()
     }
+
+    /// A guard that fires the signal when it is dropped: on every way out of a scope, a panic's unwinding included.
+    pub(crate) fn fire_on_drop(self) -> FireOnDrop {
+        FireOnDrop(self)
+    }
+}
+
+/// Fires its signal when dropped (see [`Signal::fire_on_drop`]).
+#[derive(Debug)]
+pub(crate) struct FireOnDrop(Signal);
+
+impl Drop for FireOnDrop {
+    fn drop(&mut self) {
+        self.0.fire();
+    }
 }
 
 #[cfg(test)]

@@ -12,42 +12,55 @@ use tower_cancel::outbox::{OutboxReceiver, Outgoing};
 
 use crate::signal::Signal;
 
-/// Write what the outbox queues until `closing` (the read loop is done), then what is still queued, within
-/// `close_grace`: a peer that stopped reading cannot hold the connection open. `writer_gone` tells the read loop
-/// that the peer can no longer hear this side.
-pub(crate) async fn write_loop<W, C>(
-    mut sink: FramedWrite<W, C>,
-    mut rx: OutboxReceiver,
-    closing: CancellationToken,
-    writer_gone: Signal,
-    close_grace: Duration,
-) -> io::Result<()>
+/// The writing half of a connection, ready to run (on a task of its own, or beside the read loop).
+pub(crate) struct WriteLoop<W, C> {
+    pub(crate) sink: FramedWrite<W, C>,
+    pub(crate) rx: OutboxReceiver,
+    pub(crate) closing: CancellationToken,
+    pub(crate) writer_gone: Signal,
+    pub(crate) close_grace: Duration,
+}
+
+impl<W, C> WriteLoop<W, C>
 where
     W: AsyncWrite + Unpin,
     C: for<'a> Encoder<&'a [u8], Error = io::Error>,
 {
-    let cut_off = async {
-        closing.cancelled().await;
-        tokio::time::sleep(close_grace).await;
-    };
-    let result = tokio::select! {
-        result = write_all(&mut sink, &mut rx, &closing) => result,
-        () = cut_off => {
-            tracing::warn!(?close_grace, "the peer is not reading: the last replies were not all written");
-            Ok(())
+    /// Write what the outbox queues until `closing` (the read loop is done), then what is still queued, within
+    /// `close_grace`: a peer that stopped reading cannot hold the connection open. `writer_gone` tells the read
+    /// loop that the peer can no longer hear this side.
+    pub(crate) async fn run(self) -> io::Result<()> {
+        let Self {
+            mut sink,
+            mut rx,
+            closing,
+            writer_gone,
+            close_grace,
+        } = self;
+        // Tells the read loop that the peer can no longer hear this side, however the writer ends: done, failed,
+        // or unwinding from a panic (the read loop then ends too, and the panic reaches the `serve` future).
+        let _gone = writer_gone.fire_on_drop();
+        let cut_off = async {
+            closing.cancelled().await;
+            tokio::time::sleep(close_grace).await;
+        };
+        let result = tokio::select! {
+            result = write_all(&mut sink, &mut rx, &closing) => result,
+            () = cut_off => {
+                tracing::warn!(?close_grace, "the peer is not reading: the last replies were not all written");
+                Ok(())
+            }
+        };
+        if let Err(error) = &result {
+            tracing::debug!(%error, "writing to the connection failed");
         }
-    };
-    if let Err(error) = &result {
-        tracing::debug!(%error, "writing to the connection failed");
-    }
-    // Closing the receiver makes later sends fail, and the token tells the read loop that the peer cannot hear us
-    // any more.
-    rx.close();
-    writer_gone.fire();
-    match result {
-        // A peer that hung up is a disconnect, not a failure of this side.
-        Err(error) if error.kind() == io::ErrorKind::BrokenPipe => Ok(()),
-        other => other,
+        // Closing the receiver makes later sends fail.
+        rx.close();
+        match result {
+            // A peer that hung up is a disconnect, not a failure of this side.
+            Err(error) if error.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+            other => other,
+        }
     }
 }
 
