@@ -189,7 +189,8 @@ where
 
     /// Serves one connection with `server` (built around [`AsyncLsp::service`], wrapped in
     /// [`CancelStack::lsp()`](tower_cancel::CancelStack::lsp)), with `Content-Length` framing, until the client
-    /// closes it or the service asks to stop (`ControlFlow::Break(Ok(()))`, on `exit`).
+    /// closes it or the service asks to stop (`ControlFlow::Break(Ok(()))`, on `exit`). The writer runs on a task
+    /// of its own, as with [`Server::serve`].
     pub async fn serve<L, R, W>(self, server: Server<L>, reader: R, writer: W) -> io::Result<()>
     where
         L: Service<Request, Response = Option<Response>>,
