@@ -335,8 +335,9 @@ where
     ///
     /// The writer runs on a tokio task of its own, as a hand-written server's would: on a multi-threaded runtime,
     /// framing and writing the replies then take another core than reading the requests and running their
-    /// handlers (the read loop only queues each reply). Dropping the returned future stops the writer too, at once,
-    /// as it stops the read loop. A panic of the writer's is resumed here.
+    /// handlers (the read loop only queues each reply). Dropping the returned future aborts the writer's task too
+    /// (it is dropped at its next turn on the runtime), as it stops the read loop. A panic of the writer's is
+    /// resumed here.
     pub async fn serve_with<R, W, C>(self, reader: R, writer: W, codec: C) -> io::Result<()>
     where
         R: AsyncRead + Unpin,
