@@ -40,6 +40,11 @@ impl<S: Service<Request>> Dispatch<S> {
         matches!(self, Dispatch::Waiting { .. })
     }
 
+    /// Whether the handler's future is gone: it answered, or it was dropped.
+    pub(crate) fn is_done(&self) -> bool {
+        matches!(self, Dispatch::Done)
+    }
+
     /// The request, while it waits for the service's readiness.
     pub(crate) fn waiting_request(&self) -> Option<&Request> {
         match self {

@@ -34,10 +34,13 @@ pin_project! {
         // the same net as every other drop of it, so that a destructor's panic cannot unwind into the transport.
         fn drop(this: Pin<&mut Self>) {
             match this.project().kind.project() {
-                KindProj::Notification { dispatch } | KindProj::Racing { dispatch, .. } => {
+                // A request that settled dropped its handler then: nothing is left to drop under the net.
+                KindProj::Notification { dispatch } | KindProj::Racing { dispatch, .. }
+                    if !dispatch.is_done() =>
+                {
                     drop_inner(dispatch)
                 }
-                KindProj::Ready { .. } => {}
+                _ => {}
             }
         }
     }
