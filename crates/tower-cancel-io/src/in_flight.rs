@@ -15,7 +15,8 @@ use crate::{settled::Settled, spawned::Spawned};
 /// The requests in flight. Two sets rather than one set of either kind: a spawned request's future lives in its
 /// task, so its entry here stays a handle's size instead of taking the size of the largest inline future.
 pub(crate) struct InFlight<T> {
-    inline: FuturesUnordered<T>,
+    // Boxed: the read loop polls each request once before it enters, and a future polled once cannot move.
+    inline: FuturesUnordered<Pin<Box<T>>>,
     spawned: FuturesUnordered<Spawned>,
 }
 
@@ -28,7 +29,7 @@ impl<T: Future<Output = Settled>> InFlight<T> {
     }
 
     /// A request the read loop polls itself.
-    pub(crate) fn push_inline(&mut self, future: T) {
+    pub(crate) fn push_inline(&mut self, future: Pin<Box<T>>) {
         self.inline.push(future);
     }
 

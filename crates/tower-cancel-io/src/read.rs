@@ -4,10 +4,11 @@
 //! is the core's [`Connection`]; this loop only frames, calls and settles.
 
 use std::{
-    future::poll_fn,
+    future::{poll_fn, Future},
     io,
     panic::AssertUnwindSafe,
     pin::{pin, Pin},
+    task::Poll,
     time::Duration,
 };
 
@@ -224,7 +225,11 @@ where
                 tokio::select! {
                     biased;
                     Some(done) = in_flight.next(), if !in_flight.is_empty() => self.answer(done),
-                    ready = poll_fn(|cx| self.service.poll_ready(cx)) => break Some(ready),
+                    // Its error boxed at once: the service's own error type need not be `Send`, and the loop
+                    // awaits again while it is in scope.
+                    ready = poll_fn(|cx| self.service.poll_ready(cx)) => {
+                        break Some(ready.map_err(Into::<BoxError>::into));
+                    }
                     () = self.writer_gone.fired() => {}
                     () = self.shutdown.fired(), if !draining => {}
                     () = &mut drain, if draining => {}
@@ -241,7 +246,7 @@ where
             };
             if let Err(error) = ready {
                 // The same answer the stack's layers give for a readiness failure; the connection goes on.
-                let failure = Unavailable::new(error.into());
+                let failure = Unavailable::new(error);
                 tracing::error!(error = ?std::error::Error::source(&failure), "service unavailable");
                 self.answer((id, Err(Box::new(failure))));
                 continue;
@@ -262,7 +267,18 @@ where
                 Mode::Adaptive(call) => pace.start(call(service, request)),
             });
             match started {
-                Ok(Started::Inline(future)) => in_flight.push_inline(outcome_of(id, future)),
+                Ok(Started::Inline(future)) => {
+                    // Polled once where it arrives, in a box of its own: most requests answer at once and never
+                    // enter the set (its node, and the atomic flags of its queue of woken futures, cost more than
+                    // the box); one still pending moves into the set in its box.
+                    let mut future = Box::pin(outcome_of(id, future));
+                    let first: Poll<Settled> =
+                        poll_fn(|cx| Poll::Ready(future.as_mut().poll(cx))).await;
+                    match first {
+                        Poll::Ready(settled) => self.answer(settled),
+                        Poll::Pending => in_flight.push_inline(future),
+                    }
+                }
                 Ok(Started::Task(task)) => in_flight.push_spawned(Spawned::new(id, task)),
                 Ok(Started::Done(outcome)) => self.answer((id, outcome)),
                 Err(payload) => self.answer((id, Err(panicked(payload)))),
