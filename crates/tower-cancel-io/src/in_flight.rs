@@ -62,15 +62,23 @@ impl<T: Future<Output = Settled>> Stream for InFlight<T> {
     type Item = Settled;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Settled>> {
-        // A connection uses one of the two sets; polling the empty one costs nothing.
-        let inline = self.inline.poll_next_unpin(cx);
-        if let Poll::Ready(Some(settled)) = inline {
-            return Poll::Ready(Some(settled));
+        // A connection uses one of the two sets, and an empty set is not polled: a poll registers the waker (two
+        // atomic read-modify-writes), even on a set with nothing to wake it for. One that gains a request is polled
+        // from the read loop's next turn.
+        if !self.inline.is_empty() {
+            if let Poll::Ready(Some(settled)) = self.inline.poll_next_unpin(cx) {
+                return Poll::Ready(Some(settled));
+            }
         }
-        match self.spawned.poll_next_unpin(cx) {
-            Poll::Ready(Some(settled)) => Poll::Ready(Some(settled)),
-            Poll::Ready(None) if inline.is_ready() => Poll::Ready(None),
-            _ => Poll::Pending,
+        if !self.spawned.is_empty() {
+            if let Poll::Ready(Some(settled)) = self.spawned.poll_next_unpin(cx) {
+                return Poll::Ready(Some(settled));
+            }
+        }
+        if self.is_empty() {
+            Poll::Ready(None)
+        } else {
+            Poll::Pending
         }
     }
 }

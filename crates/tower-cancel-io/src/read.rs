@@ -8,12 +8,12 @@ use std::{
     io,
     panic::AssertUnwindSafe,
     pin::{pin, Pin},
-    task::Poll,
+    task::{Context, Poll},
     time::Duration,
 };
 
 use bytes::BytesMut;
-use futures_util::StreamExt;
+use futures_util::{Stream, StreamExt};
 use tokio::{io::AsyncRead, time::Sleep};
 use tokio_util::codec::{Decoder, FramedRead};
 use tower_cancel::{
@@ -141,27 +141,42 @@ where
                     .reset(tokio::time::Instant::now() + self.config.stall_timeout);
             }
             was_full = full;
-            let next = tokio::select! {
-                // Replies first: they free table entries and reach the peer sooner.
-                biased;
-                Some(done) = in_flight.next(), if !in_flight.is_empty() => {
+            // The common turn, a settled request or the next frame ready, is taken without the `select!` below,
+            // which makes and drops a future for every branch on every turn: these are its first two branches, in
+            // its order.
+            let turn =
+                poll_fn(|cx| Poll::Ready(ready_turn(&mut in_flight, &mut frames, full, cx))).await;
+            let next = match turn {
+                Some(Turn::Settled(done)) => {
                     self.answer(done);
                     if draining && in_flight.is_empty() {
                         break;
                     }
                     continue;
                 }
-                frame = frames.next(), if !full => frame,
-                // Polled only when no reply and no frame is ready: the loop's head has already checked them.
-                () = self.writer_gone.fired() => break,
-                () = self.shutdown.fired(), if !draining => continue,
-                () = &mut drain, if draining => continue,
-                // The peer is not reading its replies: read nothing more from it until the writer catches up.
-                () = outbox.room(), if full => continue,
-                () = &mut stall, if full => {
-                    tracing::warn!(timeout = ?self.config.stall_timeout, "the peer read too little of its replies: closing the connection");
-                    break;
-                }
+                Some(Turn::Frame(frame)) => frame,
+                None => tokio::select! {
+                    // Replies first: they free table entries and reach the peer sooner.
+                    biased;
+                    Some(done) = in_flight.next(), if !in_flight.is_empty() => {
+                        self.answer(done);
+                        if draining && in_flight.is_empty() {
+                            break;
+                        }
+                        continue;
+                    }
+                    frame = frames.next(), if !full => frame,
+                    // Polled only when no reply and no frame is ready: the loop's head has already checked them.
+                    () = self.writer_gone.fired() => break,
+                    () = self.shutdown.fired(), if !draining => continue,
+                    () = &mut drain, if draining => continue,
+                    // The peer is not reading its replies: read nothing more from it until the writer catches up.
+                    () = outbox.room(), if full => continue,
+                    () = &mut stall, if full => {
+                        tracing::warn!(timeout = ?self.config.stall_timeout, "the peer read too little of its replies: closing the connection");
+                        break;
+                    }
+                },
             };
             let bytes = match next {
                 None => break,
@@ -222,14 +237,19 @@ where
                 if draining && drain.deadline() <= tokio::time::Instant::now() {
                     break None;
                 }
+                // Asked once a turn, between the looks at the signals above, and before the `select!` makes its
+                // futures (a service is almost always ready). Its error boxed at once: the service's own error type
+                // need not be `Send`, and the loop awaits again while it is in scope.
+                if let Poll::Ready(ready) =
+                    poll_fn(|cx| Poll::Ready(self.service.poll_ready(cx))).await
+                {
+                    break Some(ready.map_err(Into::<BoxError>::into));
+                }
                 tokio::select! {
                     biased;
                     Some(done) = in_flight.next(), if !in_flight.is_empty() => self.answer(done),
-                    // Its error boxed at once: the service's own error type need not be `Send`, and the loop
-                    // awaits again while it is in scope.
-                    ready = poll_fn(|cx| self.service.poll_ready(cx)) => {
-                        break Some(ready.map_err(Into::<BoxError>::into));
-                    }
+                    // The service's answer registered the task's waker: woken, the loop asks it again.
+                    () = Rewoken::default() => {}
                     () = self.writer_gone.fired() => {}
                     () = self.shutdown.fired(), if !draining => {}
                     () = &mut drain, if draining => {}
@@ -370,5 +390,58 @@ where
     fn send(&self, reply: &Response) {
         // An error means the writer is gone; the read loop notices and winds down.
         let _ = self.connection.outbox().send_response(reply);
+    }
+}
+
+/// What a turn of the read loop found ready without waiting.
+enum Turn<F> {
+    /// A request settled: its answer.
+    Settled(Settled),
+    /// The next frame, or the end of the stream (`None`).
+    Frame(Option<F>),
+}
+
+/// The read loop's turn when something is ready: a settled request first (replies free table entries and reach
+/// the peer sooner), else the next frame unless the outbox is `full`. `None` when neither is, having registered the
+/// task's waker with both, as the `select!` that then waits does again.
+fn ready_turn<T, F>(
+    in_flight: &mut InFlight<T>,
+    frames: &mut F,
+    full: bool,
+    cx: &mut Context<'_>,
+) -> Option<Turn<F::Item>>
+where
+    T: Future<Output = Settled>,
+    F: Stream + Unpin,
+{
+    if !in_flight.is_empty() {
+        if let Poll::Ready(Some(done)) = in_flight.poll_next_unpin(cx) {
+            return Some(Turn::Settled(done));
+        }
+    }
+    if !full {
+        if let Poll::Ready(frame) = frames.poll_next_unpin(cx) {
+            return Some(Turn::Frame(frame));
+        }
+    }
+    None
+}
+
+/// Pending when first polled, ready when polled again: what the read loop waits on for a service that said it is
+/// not ready. The service's answer registered the task's waker, so the wake that ends the wait is its (or any
+/// other branch's, which only costs the loop one more question).
+#[derive(Default)]
+struct Rewoken(bool);
+
+impl Future for Rewoken {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<()> {
+        if self.0 {
+            Poll::Ready(())
+        } else {
+            self.0 = true;
+            Poll::Pending
+        }
     }
 }
