@@ -122,7 +122,7 @@ impl Outbox {
 
     /// Send a reply.
     pub fn send_response(&self, response: &Response) -> Result<(), Closed> {
-        self.send(response, true)
+        self.queue(response.to_json().map_err(|_| Closed)?, true)
     }
 
     /// Send a notification only if the queue has room (progress reports: dropping one is better than buffering
@@ -171,7 +171,10 @@ impl Outbox {
 
     fn send(&self, message: &impl Serialize, reply: bool) -> Result<(), Closed> {
         // Serializing our own message types cannot fail: their maps have string keys and their numbers are finite.
-        let bytes = serde_json::to_vec(message).map_err(|_| Closed)?;
+        self.queue(serde_json::to_vec(message).map_err(|_| Closed)?, reply)
+    }
+
+    fn queue(&self, bytes: Vec<u8>, reply: bool) -> Result<(), Closed> {
         let outgoing = Outgoing { bytes, reply };
         self.shared.add(&outgoing);
         self.tx.send(outgoing).map_err(|unsent| {
