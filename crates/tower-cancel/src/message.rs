@@ -369,30 +369,116 @@ impl fmt::Display for InvalidMessage {
 
 impl std::error::Error for InvalidMessage {}
 
+/// A message as serde reads it. `I` is how its `id` is read: in one pass ([`IdRead`]), or kept raw ([`RawId`]) for a
+/// second reading of a message the first could not read.
 #[derive(Deserialize)]
-struct WireMessage<'a> {
+#[serde(bound(deserialize = "I: Deserialize<'de>"))]
+struct WireMessage<'a, I> {
     #[serde(default, borrow)]
     jsonrpc: Option<Cow<'a, str>>,
     // Absent is a notification, `null` is an invalid id: `present` keeps the two apart.
-    #[serde(default, borrow, deserialize_with = "present")]
-    id: Option<&'a RawValue>,
+    #[serde(default, deserialize_with = "present")]
+    id: Option<I>,
     #[serde(default)]
     method: Option<String>,
     #[serde(default)]
     params: Option<Box<RawValue>>,
-    // `"result": null` is a result (the answer to LSP's `shutdown`): `present_value` keeps it from reading as absent.
-    #[serde(default, deserialize_with = "present_value")]
+    // `"result": null` is a result (the answer to LSP's `shutdown`): `present` keeps it from reading as absent.
+    #[serde(default, deserialize_with = "present")]
     result: Option<Value>,
     #[serde(default)]
     error: Option<ErrorObject>,
 }
 
-fn present<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<&'de RawValue>, D::Error> {
-    <&RawValue>::deserialize(deserializer).map(Some)
+impl<'a, I> WireMessage<'a, I> {
+    fn read_id(self, read: impl FnOnce(I) -> IdRead) -> WireMessage<'a, IdRead> {
+        WireMessage {
+            jsonrpc: self.jsonrpc,
+            id: self.id.map(read),
+            method: self.method,
+            params: self.params,
+            result: self.result,
+            error: self.error,
+        }
+    }
 }
 
-fn present_value<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Value>, D::Error> {
-    Value::deserialize(deserializer).map(Some)
+/// A message's `id` member, read in the same pass as the rest: an id, `null`, or any other value (consumed, so that
+/// a syntax error later in the message is still found).
+enum IdRead {
+    Id(Id),
+    Null,
+    Invalid,
+}
+
+impl<'de> Deserialize<'de> for IdRead {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct IdReadVisitor;
+        impl<'de> Visitor<'de> for IdReadVisitor {
+            type Value = IdRead;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_i64<E: de::Error>(self, n: i64) -> Result<IdRead, E> {
+                Ok(IdRead::Id(Id::Number(n)))
+            }
+            fn visit_u64<E: de::Error>(self, n: u64) -> Result<IdRead, E> {
+                Ok(i64::try_from(n).map_or(IdRead::Invalid, |n| IdRead::Id(Id::Number(n))))
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<IdRead, E> {
+                Ok(IdRead::Invalid)
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<IdRead, E> {
+                Ok(IdRead::Invalid)
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<IdRead, E> {
+                Ok(IdRead::Id(Id::String(s.to_owned())))
+            }
+            fn visit_string<E: de::Error>(self, s: String) -> Result<IdRead, E> {
+                Ok(IdRead::Id(Id::String(s)))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<IdRead, E> {
+                Ok(IdRead::Null)
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<IdRead, A::Error> {
+                while seq.next_element::<de::IgnoredAny>()?.is_some() {}
+                Ok(IdRead::Invalid)
+            }
+            fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<IdRead, A::Error> {
+                while map
+                    .next_entry::<de::IgnoredAny, de::IgnoredAny>()?
+                    .is_some()
+                {}
+                Ok(IdRead::Invalid)
+            }
+        }
+        deserializer.deserialize_any(IdReadVisitor)
+    }
+}
+
+/// A message's `id` member kept as its text, for the second reading.
+struct RawId<'a>(&'a RawValue);
+
+impl<'de: 'a, 'a> Deserialize<'de> for RawId<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        <&RawValue>::deserialize(deserializer).map(RawId)
+    }
+}
+
+impl RawId<'_> {
+    fn read(self) -> IdRead {
+        match serde_json::from_str::<Id>(self.0.get()) {
+            Ok(id) => IdRead::Id(id),
+            Err(_) if self.0.get() == "null" => IdRead::Null,
+            Err(_) => IdRead::Invalid,
+        }
+    }
+}
+
+fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    deserializer: D,
+) -> Result<Option<T>, D::Error> {
+    T::deserialize(deserializer).map(Some)
 }
 
 /// Read one message from the bytes of a frame.
@@ -400,30 +486,41 @@ fn present_value<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Va
 /// A missing `jsonrpc` member is tolerated (some protocol texts omit it); any other value than `"2.0"` is not.
 /// Batches (JSON arrays) are not supported and get -32600.
 pub(crate) fn parse(bytes: &[u8]) -> Result<Parsed, InvalidMessage> {
-    let wire: WireMessage<'_> = match serde_json::from_slice(bytes) {
-        // serde's derived `Deserialize` reads a struct from a JSON array too, member by member in declaration
-        // order: without this check `["2.0",5,"m"]` would be served as request 5, and `["2.0",5,null,null,1]`
-        // taken for the reply to this side's call 5.
-        Ok(_) if is_array(bytes) => return Err(batch()),
+    // One pass in the common case, the id read with the rest. A message that does not read that way is read again
+    // with its id kept as text, which tells what was wrong with it as the id alone: a string id that is not valid
+    // text (a lone surrogate escaped) is an invalid id, not a message that cannot be read.
+    let wire = match serde_json::from_slice::<WireMessage<'_, IdRead>>(bytes) {
         Ok(wire) => wire,
-        Err(error) => return Err(classify(bytes, error)),
+        Err(_) => match serde_json::from_slice::<WireMessage<'_, RawId<'_>>>(bytes) {
+            Ok(wire) => wire.read_id(RawId::read),
+            Err(error) => return Err(classify(bytes, error)),
+        },
     };
+    // serde's derived `Deserialize` reads a struct from a JSON array too, member by member in declaration order:
+    // without this check `["2.0",5,"m"]` would be served as request 5, and `["2.0",5,null,null,1]` taken for the
+    // reply to this side's call 5.
+    if is_array(bytes) {
+        return Err(batch());
+    }
     let invalid = |id: Option<Id>, detail: &str| InvalidMessage {
         id,
         error: ErrorObject::invalid_request(detail),
     };
     if wire.jsonrpc.as_deref().is_some_and(|v| v != "2.0") {
-        let id = wire.id.and_then(|raw| serde_json::from_str(raw.get()).ok());
+        let id = match wire.id {
+            Some(IdRead::Id(id)) => Some(id),
+            _ => None,
+        };
         return Err(invalid(id, "jsonrpc must be \"2.0\""));
     }
-    // `id` absent is a notification; `id` present must be an integer or a string.
+    // `id` absent is a notification; `id` present must be an integer or a string (`null` only on a reply).
     let id = match wire.id {
         None => None,
-        Some(raw) => match serde_json::from_str::<Id>(raw.get()) {
-            Ok(id) => Some(id),
-            Err(_) if wire.method.is_none() && raw.get() == "null" => None,
-            Err(_) => return Err(invalid(None, "id must be an integer or a string")),
-        },
+        Some(IdRead::Id(id)) => Some(id),
+        Some(IdRead::Null) if wire.method.is_none() => None,
+        Some(IdRead::Null | IdRead::Invalid) => {
+            return Err(invalid(None, "id must be an integer or a string"))
+        }
     };
     match (wire.method, wire.result, wire.error) {
         (Some(method), None, None) => Ok(Parsed::Request(WireRequest::from_parts(
