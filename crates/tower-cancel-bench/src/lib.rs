@@ -29,4 +29,5 @@ pub mod stats;
 pub mod storm;
 pub mod target;
 pub mod targets;
+pub mod wakes;
 pub mod workload;
