@@ -11,8 +11,8 @@ use tokio_util::{
     task::AbortOnDropHandle,
 };
 use tower_cancel::{
-    outbox::OutboxReceiver, BoxError, CancelStack, Connection, Dialect, Outbox, Peer, Registry,
-    Request, Response, Scope,
+    outbox::{MessageFraming, OutboxReceiver},
+    BoxError, CancelStack, Connection, Dialect, Outbox, Peer, Registry, Request, Response, Scope,
 };
 use tower_layer::Layer;
 use tower_service::Service;
@@ -319,6 +319,13 @@ where
         W: AsyncWrite + Send + Unpin + 'static,
     {
         let max = self.config.max_frame_size;
+        // The senders frame each message as the codec would, so that the writer only copies it: the writer is
+        // what must keep up with the read loop on another core.
+        let outbox = self.connection.outbox();
+        match framing {
+            Framing::ContentLength => outbox.frame_messages(MessageFraming::ContentLength),
+            Framing::Ndjson => outbox.frame_messages(MessageFraming::Newline),
+        }
         match framing {
             Framing::ContentLength => {
                 let codec = ContentLengthCodec::with_max_frame_size(max);

@@ -1,8 +1,8 @@
 //! The writing half of a connection: everything the outbox queues, framed, in order.
 
-use std::{io, time::Duration};
+use std::{future::poll_fn, io, pin::Pin, time::Duration};
 
-use futures_util::SinkExt;
+use futures_util::{Sink, SinkExt};
 use tokio::io::AsyncWrite;
 use tokio_util::{
     codec::{Encoder, FramedWrite},
@@ -80,7 +80,7 @@ where
             // The read loop is done: write what is queued, then stop.
             () = closing.cancelled() => {
                 while let Some(outgoing) = rx.try_recv() {
-                    feed(sink, rx, &outgoing).await?;
+                    feed(sink, rx, outgoing).await?;
                 }
                 return sink.flush().await;
             }
@@ -88,27 +88,37 @@ where
         let Some(outgoing) = bytes else {
             return Ok(());
         };
-        feed(sink, rx, &outgoing).await?;
+        feed(sink, rx, outgoing).await?;
         // Batch whatever else is ready into one flush.
         while let Some(outgoing) = rx.try_recv() {
-            feed(sink, rx, &outgoing).await?;
+            feed(sink, rx, outgoing).await?;
         }
         sink.flush().await?;
     }
 }
 
 /// Hand one message to the sink; its bytes stop counting against the outbox's bound once the sink took them (the
-/// sink itself waits for the peer when its own buffer is full).
+/// sink itself waits for the peer when its own buffer is full), and its buffer goes back to the outbox for the
+/// next message.
 async fn feed<W, C>(
     sink: &mut FramedWrite<W, C>,
     rx: &OutboxReceiver,
-    outgoing: &Outgoing,
+    outgoing: Outgoing,
 ) -> io::Result<()>
 where
     W: AsyncWrite + Unpin,
     C: for<'a> Encoder<&'a [u8], Error = io::Error>,
 {
-    sink.feed(&outgoing[..]).await?;
-    rx.written(outgoing);
+    match outgoing.frame() {
+        // Framed by its sender (the connection's outbox frames as the codec does): copied as it is, once the sink
+        // has room by its own rule (it writes out a full buffer first).
+        Some(frame) => {
+            poll_fn(|cx| Sink::<&[u8]>::poll_ready(Pin::new(&mut *sink), cx)).await?;
+            sink.write_buffer_mut().extend_from_slice(frame);
+        }
+        None => sink.feed(&outgoing[..]).await?,
+    }
+    rx.written(&outgoing);
+    rx.recycle(outgoing);
     Ok(())
 }

@@ -10,15 +10,26 @@
 //! requests would wait for each other for good. Progress reports are advisory and are dropped instead while the
 //! whole queue is over the bound ([`Outbox::send_if_room`]): a handler cannot fill memory with them while the peer
 //! reads nothing.
+//!
+//! # Framing and buffers
+//!
+//! A message is serialized by its sender, once. A transport that writes a stream of frames tells the outbox its
+//! framing ([`Outbox::frame_messages`]); senders then write each message's frame around it in the same buffer, and
+//! the writer copies [`Outgoing::frame`] to the wire as it is. A writer gives each buffer back once written
+//! ([`OutboxReceiver::recycle`]), and the next message is serialized into it: on a busy connection no buffer is
+//! allocated by the reading task and freed by the writer's, which with glibc's allocator makes the two threads
+//! wait for each other's lock on the allocator's arena.
 
 use std::{
     fmt,
+    ops::Range,
     sync::{
-        atomic::{AtomicUsize, Ordering},
+        atomic::{AtomicU8, AtomicUsize, Ordering},
         Arc,
     },
 };
 
+use crossbeam_queue::ArrayQueue;
 use serde::Serialize;
 use tokio::sync::{mpsc, Notify};
 
@@ -26,6 +37,48 @@ use crate::message::{Response, WireRequest};
 
 /// How many bytes may wait for the writer before a transport stops reading, by default.
 pub const DEFAULT_MAX_QUEUED_BYTES: usize = 8 * 1024 * 1024;
+
+/// How many written buffers an outbox keeps for its next messages.
+const SPARE_BUFFERS: usize = 32;
+
+/// The largest buffer kept for reuse: one that a large message grew is freed rather than held by an idle
+/// connection.
+const MAX_SPARE_CAPACITY: usize = 1024;
+
+/// How the senders of an outbox frame each message for the wire (see [`Outbox::frame_messages`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum MessageFraming {
+    /// Each message is its JSON alone (the default): its transport frames it as it writes it, or needs no frames
+    /// (an HTTP body, an SSE event).
+    #[default]
+    Unframed,
+    /// `Content-Length: N\r\n\r\n` before each message, as the LSP base protocol frames them.
+    ContentLength,
+    /// A newline after each message (newline-delimited JSON).
+    Newline,
+}
+
+impl MessageFraming {
+    fn from_u8(value: u8) -> Self {
+        match value {
+            1 => Self::ContentLength,
+            2 => Self::Newline,
+            _ => Self::Unframed,
+        }
+    }
+
+    fn to_u8(self) -> u8 {
+        match self {
+            Self::Unframed => 0,
+            Self::ContentLength => 1,
+            Self::Newline => 2,
+        }
+    }
+}
+
+/// Room left before a message for its `Content-Length` header: the header's text with the longest number.
+const HEADER_ROOM: usize = "Content-Length: ".len() + 20 + "\r\n\r\n".len();
 
 /// A handle to send messages to the peer of one connection. Cloning gives another handle to the same queue.
 ///
@@ -43,12 +96,22 @@ struct Shared {
     max: AtomicUsize,
     // Woken when `replies` drops to the bound or below.
     room: Notify,
+    // A `MessageFraming`, set by the transport.
+    framing: AtomicU8,
+    // Buffers the writer gave back, for the next messages.
+    spare: ArrayQueue<Vec<u8>>,
 }
 
-/// One serialized message on its way to the writer. Dereferences to its bytes.
+/// One serialized message on its way to the writer. Dereferences to its JSON; [`frame`](Self::frame) gives it
+/// framed for the wire, when its outbox frames messages.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Outgoing {
+    // The message, and its frame around it when framed (a `Content-Length` header's room before it).
     bytes: Vec<u8>,
+    // Where the JSON is in `bytes`.
+    json: Range<usize>,
+    // Where the frame starts in `bytes`, for a framed message: it runs to the end.
+    frame_start: Option<usize>,
     reply: bool,
 }
 
@@ -56,7 +119,59 @@ impl std::ops::Deref for Outgoing {
     type Target = [u8];
 
     fn deref(&self) -> &[u8] {
-        &self.bytes
+        &self.bytes[self.json.clone()]
+    }
+}
+
+impl Outgoing {
+    /// The message with its frame, to write as it is: `None` when its outbox did not frame messages (see
+    /// [`Outbox::frame_messages`]).
+    pub fn frame(&self) -> Option<&[u8]> {
+        self.frame_start.map(|start| &self.bytes[start..])
+    }
+
+    /// Serialize a message with `write` into `bytes` (emptied first), framed as `framing` says.
+    fn new(
+        mut bytes: Vec<u8>,
+        framing: MessageFraming,
+        reply: bool,
+        write: impl FnOnce(&mut Vec<u8>) -> serde_json::Result<()>,
+    ) -> serde_json::Result<Self> {
+        let room = if framing == MessageFraming::ContentLength {
+            HEADER_ROOM
+        } else {
+            0
+        };
+        bytes.clear();
+        bytes.resize(room, 0);
+        write(&mut bytes)?;
+        let json = room..bytes.len();
+        let frame_start = match framing {
+            MessageFraming::Unframed => None,
+            MessageFraming::ContentLength => {
+                // The header is written right before the JSON, in the room left for it.
+                let mut len = itoa::Buffer::new();
+                let len = len.format(json.len()).as_bytes();
+                let start = room - ("Content-Length: ".len() + len.len() + 4);
+                let mut at = start;
+                for part in [&b"Content-Length: "[..], len, b"\r\n\r\n"] {
+                    bytes[at..at + part.len()].copy_from_slice(part);
+                    at += part.len();
+                }
+                Some(start)
+            }
+            MessageFraming::Newline => {
+                // serde_json never writes a raw newline inside a document: the line is the whole message.
+                bytes.push(b'\n');
+                Some(0)
+            }
+        };
+        Ok(Self {
+            bytes,
+            json,
+            frame_start,
+            reply,
+        })
     }
 }
 
@@ -96,6 +211,8 @@ impl Outbox {
             replies: AtomicUsize::new(0),
             max: AtomicUsize::new(DEFAULT_MAX_QUEUED_BYTES),
             room: Notify::new(),
+            framing: AtomicU8::new(MessageFraming::Unframed.to_u8()),
+            spare: ArrayQueue::new(SPARE_BUFFERS),
         });
         let receiver = OutboxReceiver {
             rx,
@@ -115,6 +232,20 @@ impl Outbox {
         self.shared.room.notify_waiters();
     }
 
+    /// Frame every message sent from now on, through any handle of this outbox, as `framing` says: the
+    /// transport that writes them sets it before it serves, and writes [`Outgoing::frame`] as it is. Messages
+    /// already queued keep their form (the writer frames those itself).
+    pub fn frame_messages(&self, framing: MessageFraming) {
+        self.shared
+            .framing
+            .store(framing.to_u8(), Ordering::Relaxed);
+    }
+
+    /// How this outbox's messages are framed.
+    pub fn framing(&self) -> MessageFraming {
+        MessageFraming::from_u8(self.shared.framing.load(Ordering::Relaxed))
+    }
+
     /// Send a request or a notification.
     pub fn send_request(&self, request: &WireRequest) -> Result<(), Closed> {
         self.send(request, false)
@@ -122,7 +253,7 @@ impl Outbox {
 
     /// Send a reply.
     pub fn send_response(&self, response: &Response) -> Result<(), Closed> {
-        self.queue(response.to_json().map_err(|_| Closed)?, true)
+        self.queue(true, |out| response.write_json(out))
     }
 
     /// Send a notification only if the queue has room (progress reports: dropping one is better than buffering
@@ -170,12 +301,18 @@ impl Outbox {
     }
 
     fn send(&self, message: &impl Serialize, reply: bool) -> Result<(), Closed> {
-        // Serializing our own message types cannot fail: their maps have string keys and their numbers are finite.
-        self.queue(serde_json::to_vec(message).map_err(|_| Closed)?, reply)
+        self.queue(reply, |out| serde_json::to_writer(out, message))
     }
 
-    fn queue(&self, bytes: Vec<u8>, reply: bool) -> Result<(), Closed> {
-        let outgoing = Outgoing { bytes, reply };
+    fn queue(
+        &self,
+        reply: bool,
+        write: impl FnOnce(&mut Vec<u8>) -> serde_json::Result<()>,
+    ) -> Result<(), Closed> {
+        let buffer =
+            (self.shared.spare.pop()).unwrap_or_else(|| Vec::with_capacity(HEADER_ROOM + 128));
+        // Serializing our own message types cannot fail: their maps have string keys and their numbers are finite.
+        let outgoing = Outgoing::new(buffer, self.framing(), reply, write).map_err(|_| Closed)?;
         self.shared.add(&outgoing);
         self.tx.send(outgoing).map_err(|unsent| {
             self.shared.remove(&unsent.0);
@@ -225,6 +362,15 @@ impl OutboxReceiver {
         }
     }
 
+    /// Give back the buffer of a message that was written, for a later message to be serialized into (a buffer
+    /// grown past a kilobyte, or one more than the outbox keeps, is freed).
+    pub fn recycle(&self, outgoing: Outgoing) {
+        if outgoing.bytes.capacity() <= MAX_SPARE_CAPACITY {
+            // A full queue of spares: this one is freed.
+            let _ = self.shared.spare.push(outgoing.bytes);
+        }
+    }
+
     /// Stop receiving: later sends fail with [`Closed`], and a reader waiting for [`Outbox::room`] is woken.
     pub fn close(&mut self) {
         self.rx.close();
@@ -256,6 +402,88 @@ impl fmt::Debug for OutboxReceiver {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn each_message_is_framed_as_its_outbox_says_from_then_on() {
+        let (outbox, mut rx) = Outbox::new();
+        let reply = Response::ok(7.into(), serde_json::json!({ "text": "é\n" }));
+        let json = serde_json::to_vec(&reply).unwrap();
+        let request = WireRequest::new(12, "window/workDoneProgress/create", ());
+        let request_json = serde_json::to_vec(&request).unwrap();
+        let with_header = |json: &[u8]| {
+            let mut frame = format!("Content-Length: {}\r\n\r\n", json.len()).into_bytes();
+            frame.extend_from_slice(json);
+            frame
+        };
+
+        outbox.send_response(&reply).unwrap();
+        outbox.frame_messages(MessageFraming::ContentLength);
+        outbox.send_response(&reply).unwrap();
+        outbox.clone().send_request(&request).unwrap();
+        outbox.frame_messages(MessageFraming::Newline);
+        outbox.send_response(&reply).unwrap();
+
+        let unframed = rx.recv().await.unwrap();
+        assert_eq!((&unframed[..], unframed.frame()), (&json[..], None));
+        let framed = rx.recv().await.unwrap();
+        assert_eq!(&framed[..], &json[..], "dereferences to the JSON alone");
+        assert_eq!(framed.frame(), Some(&with_header(&json)[..]));
+        let framed_request = rx.recv().await.unwrap();
+        assert_eq!(
+            framed_request.frame(),
+            Some(&with_header(&request_json)[..])
+        );
+        let line = rx.recv().await.unwrap();
+        assert_eq!(&line[..], &json[..]);
+        assert_eq!(line.frame(), Some(&[&json[..], b"\n"].concat()[..]));
+    }
+
+    #[tokio::test]
+    async fn a_written_buffer_carries_the_next_message_and_nothing_of_the_last() {
+        let (outbox, mut rx) = Outbox::new();
+        outbox.frame_messages(MessageFraming::ContentLength);
+        let long = Response::ok(1.into(), serde_json::json!("x".repeat(300)));
+        outbox.send_response(&long).unwrap();
+        let first = rx.recv().await.unwrap();
+        let buffer = first.bytes.as_ptr();
+        rx.written(&first);
+        rx.recycle(first);
+        assert_eq!(
+            outbox.queued_bytes(),
+            0,
+            "the bytes counted in are counted out"
+        );
+
+        let short = Response::ok(2.into(), serde_json::json!("y"));
+        outbox.send_response(&short).unwrap();
+        let second = rx.recv().await.unwrap();
+        assert_eq!(
+            second.bytes.as_ptr(),
+            buffer,
+            "serialized into the buffer given back"
+        );
+        let json = serde_json::to_vec(&short).unwrap();
+        assert_eq!(&second[..], &json[..]);
+        assert_eq!(
+            second.frame().unwrap(),
+            &[
+                format!("Content-Length: {}\r\n\r\n", json.len()).as_bytes(),
+                &json[..]
+            ]
+            .concat()[..]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_grown_buffer_is_not_kept() {
+        let (outbox, mut rx) = Outbox::new();
+        outbox
+            .send_response(&Response::ok(1.into(), serde_json::json!("x".repeat(5000))))
+            .unwrap();
+        let large = rx.recv().await.unwrap();
+        rx.recycle(large);
+        assert!(outbox.shared.spare.is_empty());
+    }
 
     #[tokio::test]
     async fn the_queue_is_full_past_its_bound_until_the_writer_catches_up() {
