@@ -85,12 +85,15 @@ fn serve_watched(reader: BoxRead, writer: BoxWrite, need: usize) -> ServeFuture 
     let (serve, wakes) = WATCHED.get().expect("watch set the target before serving");
     Box::pin(Watched {
         inner: serve(reader, writer, need),
+        waker: Waker::from(wakes.clone()),
         wakes: wakes.clone(),
     })
 }
 
 struct Watched {
     inner: ServeFuture,
+    // The waker the task is polled with, made once: what counts the wakes adds as little as it can to the poll.
+    waker: Waker,
     wakes: Arc<Wakes>,
 }
 
@@ -98,13 +101,15 @@ impl Future for Watched {
     type Output = ();
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        let wakes = self.wakes.clone();
-        wakes.task.register(cx.waker());
-        wakes.polls.fetch_add(1, Ordering::Relaxed);
-        wakes.polling.store(true, Ordering::Relaxed);
-        let waker = Waker::from(wakes.clone());
-        let result = self.inner.as_mut().poll(&mut Context::from_waker(&waker));
-        wakes.polling.store(false, Ordering::Relaxed);
+        let this = &mut *self;
+        this.wakes.task.register(cx.waker());
+        this.wakes.polls.fetch_add(1, Ordering::Relaxed);
+        this.wakes.polling.store(true, Ordering::Relaxed);
+        let result = this
+            .inner
+            .as_mut()
+            .poll(&mut Context::from_waker(&this.waker));
+        this.wakes.polling.store(false, Ordering::Relaxed);
         result
     }
 }

@@ -319,19 +319,17 @@ where
         W: AsyncWrite + Send + Unpin + 'static,
     {
         let max = self.config.max_frame_size;
-        // The senders frame each message as the codec would, so that the writer only copies it: the writer is
-        // what must keep up with the read loop on another core.
+        // In each arm, the senders are told to frame each message as the codec would, so that the writer only
+        // copies it: the writer is what must keep up with the read loop on another core.
         let outbox = self.connection.outbox();
         match framing {
-            Framing::ContentLength => outbox.frame_messages(MessageFraming::ContentLength),
-            Framing::Ndjson => outbox.frame_messages(MessageFraming::Newline),
-        }
-        match framing {
             Framing::ContentLength => {
+                outbox.frame_messages(MessageFraming::ContentLength);
                 let codec = ContentLengthCodec::with_max_frame_size(max);
                 self.serve_with(reader, writer, codec).await
             }
             Framing::Ndjson => {
+                outbox.frame_messages(MessageFraming::Newline);
                 let codec = NdjsonCodec::with_max_frame_size(max);
                 self.serve_with(reader, writer, codec).await
             }

@@ -309,8 +309,11 @@ impl Outbox {
         reply: bool,
         write: impl FnOnce(&mut Vec<u8>) -> serde_json::Result<()>,
     ) -> Result<(), Closed> {
-        let buffer =
-            (self.shared.spare.pop()).unwrap_or_else(|| Vec::with_capacity(HEADER_ROOM + 128));
+        let buffer = self
+            .shared
+            .spare
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(HEADER_ROOM + 128));
         // Serializing our own message types cannot fail: their maps have string keys and their numbers are finite.
         let outgoing = Outgoing::new(buffer, self.framing(), reply, write).map_err(|_| Closed)?;
         self.shared.add(&outgoing);
