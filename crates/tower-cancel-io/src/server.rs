@@ -11,8 +11,8 @@ use tokio_util::{
     task::AbortOnDropHandle,
 };
 use tower_cancel::{
-    outbox::{MessageFraming, OutboxReceiver},
-    BoxError, CancelStack, Connection, Dialect, Outbox, Peer, Registry, Request, Response, Scope,
+    outbox::OutboxReceiver, BoxError, CancelStack, Connection, Dialect, Outbox, Peer, Registry,
+    Request, Response, Scope,
 };
 use tower_layer::Layer;
 use tower_service::Service;
@@ -319,17 +319,12 @@ where
         W: AsyncWrite + Send + Unpin + 'static,
     {
         let max = self.config.max_frame_size;
-        // In each arm, the senders are told to frame each message as the codec would, so that the writer only
-        // copies it: the writer is what must keep up with the read loop on another core.
-        let outbox = self.connection.outbox();
         match framing {
             Framing::ContentLength => {
-                outbox.frame_messages(MessageFraming::ContentLength);
                 let codec = ContentLengthCodec::with_max_frame_size(max);
                 self.serve_with(reader, writer, codec).await
             }
             Framing::Ndjson => {
-                outbox.frame_messages(MessageFraming::Newline);
                 let codec = NdjsonCodec::with_max_frame_size(max);
                 self.serve_with(reader, writer, codec).await
             }
@@ -383,7 +378,7 @@ where
     /// The connection's two loops: reading (requests in, handlers run, replies queued) and writing (what the
     /// outbox queued, framed). The read loop tells the writer when it is done.
     fn halves<R, W, C>(
-        mut self,
+        self,
         reader: R,
         writer: W,
         codec: C,
@@ -395,9 +390,17 @@ where
             + for<'a> Encoder<&'a [u8], Error = io::Error>
             + Clone,
     {
-        // The read loop takes `self`; the writer takes the receiver, leaving an unused one in its place.
-        let rx = std::mem::replace(&mut self.outbox_rx, Outbox::new().1);
-        let close_grace = self.config.close_grace;
+        // The writer takes the receiver, the read loop the rest (the connection keeps a handle of the outbox).
+        let Self {
+            service,
+            connection,
+            config,
+            shutdown,
+            mode,
+            outbox: _,
+            outbox_rx: rx,
+        } = self;
+        let close_grace = config.close_grace;
         // The writer stops when told, not when every outbox is dropped: handlers may keep clones.
         let closing = CancellationToken::new();
         let writer_gone = Signal::default();
@@ -410,11 +413,11 @@ where
         };
         let read = async move {
             let read = ReadLoop::new(
-                self.service,
-                self.mode,
-                self.connection,
-                self.config,
-                self.shutdown.signal().clone(),
+                service,
+                mode,
+                connection,
+                config,
+                shutdown.signal().clone(),
                 writer_gone,
             )
             .run(FramedRead::new(reader, codec))

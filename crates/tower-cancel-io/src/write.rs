@@ -1,8 +1,8 @@
 //! The writing half of a connection: everything the outbox queues, framed, in order.
 
-use std::{future::poll_fn, io, pin::Pin, time::Duration};
+use std::{io, time::Duration};
 
-use futures_util::{Sink, SinkExt};
+use futures_util::SinkExt;
 use tokio::io::AsyncWrite;
 use tokio_util::{
     codec::{Encoder, FramedWrite},
@@ -109,15 +109,7 @@ where
     W: AsyncWrite + Unpin,
     C: for<'a> Encoder<&'a [u8], Error = io::Error>,
 {
-    match outgoing.frame() {
-        // Framed by its sender (the connection's outbox frames as the codec does): copied as it is, once the sink
-        // has room by its own rule (it writes out a full buffer first).
-        Some(frame) => {
-            poll_fn(|cx| Sink::<&[u8]>::poll_ready(Pin::new(&mut *sink), cx)).await?;
-            sink.write_buffer_mut().extend_from_slice(frame);
-        }
-        None => sink.feed(&outgoing[..]).await?,
-    }
+    sink.feed(&outgoing[..]).await?;
     rx.written(&outgoing);
     rx.recycle(outgoing);
     Ok(())

@@ -1,14 +1,13 @@
-//! What the writer puts on the wire when `Server::serve` frames the connection's messages as they are sent (the
-//! outbox's `MessageFraming`): exactly the bytes the codec would write, over a real in-memory duplex, for a message
-//! queued before the connection was served (framed by the writer's codec) and after it (framed by its sender),
-//! and for replies that overflow the writer's buffer.
+//! What the writer puts on the wire, exactly, over a real in-memory duplex: for a message queued before the
+//! connection was served and after it, and for replies of mixed sizes (larger than the writer's buffer, and
+//! small ones serialized into buffers the writer gave back after larger or smaller messages).
 
 use std::time::Duration;
 
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 use tower::{service_fn, Layer};
-use tower_cancel::{message::WireRequest, outbox::MessageFraming, BoxError, CancelStack, Request};
+use tower_cancel::{message::WireRequest, BoxError, CancelStack, Request};
 use tower_cancel_io::{Framing, Server};
 
 /// How long a test waits for anything before it fails: never what ends a passing test.
@@ -65,7 +64,7 @@ async fn frames_on_the_wire(framing: Framing, frame: fn(&[u8]) -> Vec<u8>) {
     let (read, write) = tokio::io::split(server_end);
     let server = server();
     let outbox = server.connection().outbox().clone();
-    // Queued before the connection is served: the writer's codec frames it.
+    // Queued before the connection is served.
     let early = WireRequest::notification("early/notice", json!({ "n": 1 }));
     outbox.send_request(&early).unwrap();
     let serve = tokio::spawn(server.serve(read, write, framing));
@@ -92,7 +91,7 @@ async fn frames_on_the_wire(framing: Framing, frame: fn(&[u8]) -> Vec<u8>) {
         );
         read_exactly(&mut client, &frame(reply.as_bytes())).await;
     }
-    // Sent after serving began: framed by its sender.
+    // Sent after serving began, into a buffer given back.
     outbox.send_request(&early).unwrap();
     read_exactly(&mut client, &frame(&early_json)).await;
 
@@ -110,36 +109,11 @@ async fn ended(serve: tokio::task::JoinHandle<std::io::Result<()>>) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn content_length_frames_are_the_codecs_whoever_frames_them() {
+async fn content_length_frames_are_exact_through_reused_buffers() {
     frames_on_the_wire(Framing::ContentLength, content_length).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ndjson_lines_are_the_codecs_whoever_frames_them() {
+async fn ndjson_lines_are_exact_through_reused_buffers() {
     frames_on_the_wire(Framing::Ndjson, line).await;
-}
-
-#[tokio::test]
-async fn serving_with_a_built_in_framing_sets_the_outboxs() {
-    let server = server();
-    let outbox = server.connection().outbox().clone();
-    assert_eq!(outbox.framing(), MessageFraming::Unframed);
-    let (client, server_end) = tokio::io::duplex(1024);
-    let (read, write) = tokio::io::split(server_end);
-    let serve = tokio::spawn(server.serve(read, write, Framing::ContentLength));
-    drop(client);
-    ended(serve).await;
-    assert_eq!(outbox.framing(), MessageFraming::ContentLength);
-}
-
-#[tokio::test]
-async fn serve_with_a_codec_of_the_users_own_leaves_the_framing_to_it() {
-    let server = server();
-    let outbox = server.connection().outbox().clone();
-    let (client, server_end) = tokio::io::duplex(1024);
-    let (read, write) = tokio::io::split(server_end);
-    let serve = tokio::spawn(server.serve_with(read, write, tower_cancel_io::NdjsonCodec::new()));
-    drop(client);
-    ended(serve).await;
-    assert_eq!(outbox.framing(), MessageFraming::Unframed);
 }

@@ -11,21 +11,18 @@
 //! whole queue is over the bound ([`Outbox::send_if_room`]): a handler cannot fill memory with them while the peer
 //! reads nothing.
 //!
-//! # Framing and buffers
+//! # Buffers
 //!
-//! A message is serialized by its sender, once. A transport that writes a stream of frames tells the outbox its
-//! framing ([`Outbox::frame_messages`]); senders then write each message's frame around it in the same buffer, and
-//! the writer copies [`Outgoing::frame`] to the wire as it is. A writer gives each buffer back once written
-//! ([`OutboxReceiver::recycle`]), and the next message is serialized into it: on a busy connection no buffer is
-//! allocated by the reading task and freed by the writer's, which with glibc's allocator makes the two threads
-//! wait for each other's lock on the allocator's arena.
+//! A message is serialized by its sender, once, into a buffer of its own. A writer gives each buffer back once
+//! written ([`OutboxReceiver::recycle`]), and a later message is serialized into it: on a busy connection no
+//! buffer is allocated by the reading task and freed by the writer's, which with glibc's allocator makes the two
+//! threads wait for each other's lock on the allocator's arena.
 
 use std::{
     fmt,
-    ops::Range,
     sync::{
-        atomic::{AtomicU8, AtomicUsize, Ordering},
-        Arc,
+        atomic::{AtomicUsize, Ordering},
+        Arc, OnceLock,
     },
 };
 
@@ -38,47 +35,16 @@ use crate::message::{Response, WireRequest};
 /// How many bytes may wait for the writer before a transport stops reading, by default.
 pub const DEFAULT_MAX_QUEUED_BYTES: usize = 8 * 1024 * 1024;
 
-/// How many written buffers an outbox keeps for its next messages.
-const SPARE_BUFFERS: usize = 32;
+/// How many written buffers an outbox keeps for its next messages (as fast as 32 on a busy connection, and a
+/// quarter of the queue's memory).
+const SPARE_BUFFERS: usize = 8;
+
+/// A new buffer's capacity: most replies fit.
+const INITIAL_CAPACITY: usize = 128;
 
 /// The largest buffer kept for reuse: one that a large message grew is freed rather than held by an idle
 /// connection.
 const MAX_SPARE_CAPACITY: usize = 1024;
-
-/// How the senders of an outbox frame each message for the wire (see [`Outbox::frame_messages`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum MessageFraming {
-    /// Each message is its JSON alone (the default): its transport frames it as it writes it, or needs no frames
-    /// (an HTTP body, an SSE event).
-    #[default]
-    Unframed,
-    /// `Content-Length: N\r\n\r\n` before each message, as the LSP base protocol frames them.
-    ContentLength,
-    /// A newline after each message (newline-delimited JSON).
-    Newline,
-}
-
-impl MessageFraming {
-    fn from_u8(value: u8) -> Self {
-        match value {
-            1 => Self::ContentLength,
-            2 => Self::Newline,
-            _ => Self::Unframed,
-        }
-    }
-
-    fn to_u8(self) -> u8 {
-        match self {
-            Self::Unframed => 0,
-            Self::ContentLength => 1,
-            Self::Newline => 2,
-        }
-    }
-}
-
-/// Room left before a message for its `Content-Length` header: the header's text with the longest number.
-const HEADER_ROOM: usize = "Content-Length: ".len() + 20 + "\r\n\r\n".len();
 
 /// A handle to send messages to the peer of one connection. Cloning gives another handle to the same queue.
 ///
@@ -96,22 +62,17 @@ struct Shared {
     max: AtomicUsize,
     // Woken when `replies` drops to the bound or below.
     room: Notify,
-    // A `MessageFraming`, set by the transport.
-    framing: AtomicU8,
-    // Buffers the writer gave back, for the next messages.
-    spare: ArrayQueue<Vec<u8>>,
+    // Buffers the writer gave back, for the next messages: made by the first one given back, so that an outbox
+    // whose writer never gives any back (HTTP bodies, a placeholder) costs nothing for it. Boxed: crossbeam pads
+    // the queue's ends to 128 bytes each, which would otherwise grow and align every outbox's state.
+    spare: OnceLock<Box<ArrayQueue<Vec<u8>>>>,
 }
 
-/// One serialized message on its way to the writer. Dereferences to its JSON; [`frame`](Self::frame) gives it
-/// framed for the wire, when its outbox frames messages.
+/// One serialized message on its way to the writer. Dereferences to its JSON.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Outgoing {
-    // The message, and its frame around it when framed (a `Content-Length` header's room before it).
+    // Nothing else: the connection's channel holds its messages in blocks of 32, allocated whole.
     bytes: Vec<u8>,
-    // Where the JSON is in `bytes`.
-    json: Range<usize>,
-    // Where the frame starts in `bytes`, for a framed message: it runs to the end.
-    frame_start: Option<usize>,
     reply: bool,
 }
 
@@ -119,59 +80,20 @@ impl std::ops::Deref for Outgoing {
     type Target = [u8];
 
     fn deref(&self) -> &[u8] {
-        &self.bytes[self.json.clone()]
+        &self.bytes
     }
 }
 
 impl Outgoing {
-    /// The message with its frame, to write as it is: `None` when its outbox did not frame messages (see
-    /// [`Outbox::frame_messages`]).
-    pub fn frame(&self) -> Option<&[u8]> {
-        self.frame_start.map(|start| &self.bytes[start..])
-    }
-
-    /// Serialize a message with `write` into `bytes` (emptied first), framed as `framing` says.
-    fn new(
+    /// Serialize a message with `write` into `bytes`, emptied first.
+    fn serialize(
         mut bytes: Vec<u8>,
-        framing: MessageFraming,
         reply: bool,
         write: impl FnOnce(&mut Vec<u8>) -> serde_json::Result<()>,
     ) -> serde_json::Result<Self> {
-        let room = if framing == MessageFraming::ContentLength {
-            HEADER_ROOM
-        } else {
-            0
-        };
         bytes.clear();
-        bytes.resize(room, 0);
         write(&mut bytes)?;
-        let json = room..bytes.len();
-        let frame_start = match framing {
-            MessageFraming::Unframed => None,
-            MessageFraming::ContentLength => {
-                // The header is written right before the JSON, in the room left for it.
-                let mut len = itoa::Buffer::new();
-                let len = len.format(json.len()).as_bytes();
-                let start = room - ("Content-Length: ".len() + len.len() + 4);
-                let mut at = start;
-                for part in [&b"Content-Length: "[..], len, b"\r\n\r\n"] {
-                    bytes[at..at + part.len()].copy_from_slice(part);
-                    at += part.len();
-                }
-                Some(start)
-            }
-            MessageFraming::Newline => {
-                // serde_json never writes a raw newline inside a document: the line is the whole message.
-                bytes.push(b'\n');
-                Some(0)
-            }
-        };
-        Ok(Self {
-            bytes,
-            json,
-            frame_start,
-            reply,
-        })
+        Ok(Self { bytes, reply })
     }
 }
 
@@ -211,8 +133,7 @@ impl Outbox {
             replies: AtomicUsize::new(0),
             max: AtomicUsize::new(DEFAULT_MAX_QUEUED_BYTES),
             room: Notify::new(),
-            framing: AtomicU8::new(MessageFraming::Unframed.to_u8()),
-            spare: ArrayQueue::new(SPARE_BUFFERS),
+            spare: OnceLock::new(),
         });
         let receiver = OutboxReceiver {
             rx,
@@ -230,20 +151,6 @@ impl Outbox {
     pub fn set_max_queued_bytes(&self, bytes: usize) {
         self.shared.max.store(bytes, Ordering::Relaxed);
         self.shared.room.notify_waiters();
-    }
-
-    /// Frame every message sent from now on, through any handle of this outbox, as `framing` says: the
-    /// transport that writes them sets it before it serves, and writes [`Outgoing::frame`] as it is. Messages
-    /// already queued keep their form (the writer frames those itself).
-    pub fn frame_messages(&self, framing: MessageFraming) {
-        self.shared
-            .framing
-            .store(framing.to_u8(), Ordering::Relaxed);
-    }
-
-    /// How this outbox's messages are framed.
-    pub fn framing(&self) -> MessageFraming {
-        MessageFraming::from_u8(self.shared.framing.load(Ordering::Relaxed))
     }
 
     /// Send a request or a notification.
@@ -312,10 +219,11 @@ impl Outbox {
         let buffer = self
             .shared
             .spare
-            .pop()
-            .unwrap_or_else(|| Vec::with_capacity(HEADER_ROOM + 128));
+            .get()
+            .and_then(|spare| spare.pop())
+            .unwrap_or_else(|| Vec::with_capacity(INITIAL_CAPACITY));
         // Serializing our own message types cannot fail: their maps have string keys and their numbers are finite.
-        let outgoing = Outgoing::new(buffer, self.framing(), reply, write).map_err(|_| Closed)?;
+        let outgoing = Outgoing::serialize(buffer, reply, write).map_err(|_| Closed)?;
         self.shared.add(&outgoing);
         self.tx.send(outgoing).map_err(|unsent| {
             self.shared.remove(&unsent.0);
@@ -370,7 +278,11 @@ impl OutboxReceiver {
     pub fn recycle(&self, outgoing: Outgoing) {
         if outgoing.bytes.capacity() <= MAX_SPARE_CAPACITY {
             // A full queue of spares: this one is freed.
-            let _ = self.shared.spare.push(outgoing.bytes);
+            let spare = self
+                .shared
+                .spare
+                .get_or_init(|| Box::new(ArrayQueue::new(SPARE_BUFFERS)));
+            let _ = spare.push(outgoing.bytes);
         }
     }
 
@@ -407,44 +319,8 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn each_message_is_framed_as_its_outbox_says_from_then_on() {
-        let (outbox, mut rx) = Outbox::new();
-        let reply = Response::ok(7.into(), serde_json::json!({ "text": "é\n" }));
-        let json = serde_json::to_vec(&reply).unwrap();
-        let request = WireRequest::new(12, "window/workDoneProgress/create", ());
-        let request_json = serde_json::to_vec(&request).unwrap();
-        let with_header = |json: &[u8]| {
-            let mut frame = format!("Content-Length: {}\r\n\r\n", json.len()).into_bytes();
-            frame.extend_from_slice(json);
-            frame
-        };
-
-        outbox.send_response(&reply).unwrap();
-        outbox.frame_messages(MessageFraming::ContentLength);
-        outbox.send_response(&reply).unwrap();
-        outbox.clone().send_request(&request).unwrap();
-        outbox.frame_messages(MessageFraming::Newline);
-        outbox.send_response(&reply).unwrap();
-
-        let unframed = rx.recv().await.unwrap();
-        assert_eq!((&unframed[..], unframed.frame()), (&json[..], None));
-        let framed = rx.recv().await.unwrap();
-        assert_eq!(&framed[..], &json[..], "dereferences to the JSON alone");
-        assert_eq!(framed.frame(), Some(&with_header(&json)[..]));
-        let framed_request = rx.recv().await.unwrap();
-        assert_eq!(
-            framed_request.frame(),
-            Some(&with_header(&request_json)[..])
-        );
-        let line = rx.recv().await.unwrap();
-        assert_eq!(&line[..], &json[..]);
-        assert_eq!(line.frame(), Some(&[&json[..], b"\n"].concat()[..]));
-    }
-
-    #[tokio::test]
     async fn a_written_buffer_carries_the_next_message_and_nothing_of_the_last() {
         let (outbox, mut rx) = Outbox::new();
-        outbox.frame_messages(MessageFraming::ContentLength);
         let long = Response::ok(1.into(), serde_json::json!("x".repeat(300)));
         outbox.send_response(&long).unwrap();
         let first = rx.recv().await.unwrap();
@@ -467,14 +343,6 @@ mod tests {
         );
         let json = serde_json::to_vec(&short).unwrap();
         assert_eq!(&second[..], &json[..]);
-        assert_eq!(
-            second.frame().unwrap(),
-            &[
-                format!("Content-Length: {}\r\n\r\n", json.len()).as_bytes(),
-                &json[..]
-            ]
-            .concat()[..]
-        );
     }
 
     #[tokio::test]
@@ -485,7 +353,30 @@ mod tests {
             .unwrap();
         let large = rx.recv().await.unwrap();
         rx.recycle(large);
-        assert!(outbox.shared.spare.is_empty());
+        assert_eq!(spares(&outbox), None, "nothing kept, so no queue made");
+    }
+
+    #[tokio::test]
+    async fn the_spare_queue_is_made_by_the_first_buffer_given_back() {
+        let (outbox, mut rx) = Outbox::new();
+        outbox
+            .send_response(&Response::ok(1.into(), 1.into()))
+            .unwrap();
+        assert_eq!(spares(&outbox), None, "an outbox costs no queue until then");
+        let written = rx.recv().await.unwrap();
+        rx.recycle(written);
+        assert_eq!(spares(&outbox), Some(1));
+    }
+
+    #[test]
+    fn a_message_on_its_way_is_no_larger_than_its_buffer_and_a_word() {
+        // The channel allocates its blocks of 32 messages whole, with each connection's first message.
+        assert!(std::mem::size_of::<Outgoing>() <= 32);
+    }
+
+    /// How many buffers the outbox keeps, if it made its queue.
+    fn spares(outbox: &Outbox) -> Option<usize> {
+        outbox.shared.spare.get().map(|spare| spare.len())
     }
 
     #[tokio::test]
