@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Every benchmark of BENCHMARKS.md in one command (about 18 minutes on 2 cores, builds included):
+# Every benchmark of BENCHMARKS.md in one command (about 30 minutes on 2 cores, builds included):
 #   bash crates/tower-cancel-bench/run.sh             # criterion micro benches, then the harness (figures 1 to 6 and 8
 #                                                     # to 12, the targets, the plots) into bench-results/
 #   bash crates/tower-cancel-bench/run.sh --only 3    # one figure of the harness alone (no criterion)
+#   bash crates/tower-cancel-bench/run.sh --only 10,12 # a list of figures, in one process (no criterion)
 #   bash crates/tower-cancel-bench/run.sh --quick     # each workload small, debug build: proves it all still works
 # The harness runs the `heap_bytes` binary for every bytes figure (it counts allocations, the harness does not), so
 # both are built before it runs.

@@ -1,9 +1,10 @@
 //! The benchmark harness: every figure of BENCHMARKS.md in one run, and the targets judged by them.
 //!
 //! ```text
-//! bash crates/tower-cancel-bench/run.sh              # criterion, then everything here (about 15 minutes on 2 cores)
+//! bash crates/tower-cancel-bench/run.sh              # criterion, then everything here (about 20 minutes on 2 cores)
 //! bash crates/tower-cancel-bench/run.sh --quick      # each workload small: proves the harness works
 //! bash crates/tower-cancel-bench/run.sh --only 3     # one figure (1 to 6, 8 to 12) alone
+//! bash crates/tower-cancel-bench/run.sh --only 10,12 # those figures, in their order, in one process
 //! bash crates/tower-cancel-bench/run.sh --out DIR    # where results.md, cancel-latency.svg and storm.svg go
 //! ```
 //!
@@ -249,7 +250,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .position(|a| a == "--only")
         .and_then(|i| args.get(i + 1))
         .cloned();
-    let wanted = |figure: &str| only.as_deref().is_none_or(|only| only == figure);
+    let wanted = |figure: &str| {
+        only.as_deref()
+            .is_none_or(|only| only.split(',').any(|o| o == figure))
+    };
     let began = Instant::now();
 
     let mut text = String::new();
