@@ -9,6 +9,7 @@ use pin_project_lite::pin_project;
 use tokio::time::Sleep;
 use tower_service::Service;
 
+use super::expiry::{Registration, Unplaced};
 use crate::{
     context::RequestContext,
     dispatch::Dispatch,
@@ -56,7 +57,18 @@ pin_project! {
         // The request's context, when a cancel layer above gave it one: expiry cancels it, so the cancel layer
         // settles the request like any other cancel. Without one, expiry ends this future itself.
         context: Option<RequestContext>,
+        // Instead of the timer, for a request its cancel layer can cancel: the layer's queue of deadlines, whose
+        // task cancels it at the deadline (see `expiry`), so that there is no timer here to poll. The request goes
+        // on the queue when this future first waits; its place there is dropped with this future.
+        watch: Watch,
     }
+}
+
+enum Watch {
+    None,
+    Unplaced(Unplaced),
+    // Held for its drop, which takes the request off the queue.
+    Placed(Registration),
 }
 
 impl<S: Service<Request>> ResponseFuture<S> {
@@ -72,11 +84,29 @@ impl<S: Service<Request>> ResponseFuture<S> {
         sleep: Option<Sleep>,
         context: Option<RequestContext>,
     ) -> Self {
-        let timed = Timed {
+        Self::timed(Timed {
             dispatch: Dispatch::new(service, request),
             sleep,
             context,
-        };
+            watch: Watch::None,
+        })
+    }
+
+    pub(crate) fn watched(
+        service: S,
+        request: Request,
+        deadline: Unplaced,
+        context: RequestContext,
+    ) -> Self {
+        Self::timed(Timed {
+            dispatch: Dispatch::new(service, request),
+            sleep: None,
+            context: Some(context),
+            watch: Watch::Unplaced(deadline),
+        })
+    }
+
+    fn timed(timed: Timed<S>) -> Self {
         Self {
             kind: Kind::Timed {
                 timed: Box::pin(timed),
@@ -91,6 +121,7 @@ impl<S: Service<Request>> fmt::Debug for ResponseFuture<S> {
         if let Kind::Timed { timed } = &self.kind {
             debug
                 .field("deadline", &timed.sleep.as_ref().map(Sleep::deadline))
+                .field("watched", &!matches!(timed.watch, Watch::None))
                 .field("waiting", &timed.dispatch.is_waiting());
         }
         debug.finish()
@@ -109,7 +140,8 @@ where
             KindProj::Direct { future } => return future.poll(cx).map_err(Into::into),
             KindProj::Timed { timed } => timed.as_mut().project(),
         };
-        let (mut dispatch, mut sleep, context) = (timed.dispatch, timed.sleep, timed.context);
+        let (mut dispatch, mut sleep, context, watch) =
+            (timed.dispatch, timed.sleep, timed.context, timed.watch);
         loop {
             // A request cancelled while it waits for readiness (its deadline passed, or any other source) is never
             // called: its handler does not exist yet, so there is nothing to wind down, whatever the mode.
@@ -122,6 +154,26 @@ where
             }
             if let Poll::Ready(output) = dispatch.as_mut().poll(cx) {
                 return Poll::Ready(output);
+            }
+            match std::mem::replace(watch, Watch::None) {
+                Watch::None => {}
+                Watch::Placed(placed) => {
+                    *watch = Watch::Placed(placed);
+                    return Poll::Pending;
+                }
+                Watch::Unplaced(deadline) => {
+                    let at = deadline.at();
+                    let lifecycle = context.as_ref().map(RequestContext::lifecycle);
+                    match lifecycle.and_then(|lifecycle| deadline.place(lifecycle)) {
+                        Some(placed) => {
+                            *watch = Watch::Placed(placed);
+                            return Poll::Pending;
+                        }
+                        // Polled outside a tokio runtime: no task can watch the queue, so a timer of its own
+                        // (which needs a runtime as much, and says so).
+                        None => sleep.set(Some(tokio::time::sleep_until(at))),
+                    }
+                }
             }
             let Some(mut timer) = sleep.as_mut().as_pin_mut() else {
                 return Poll::Pending;

@@ -2,7 +2,7 @@ use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use tower_layer::Layer;
 
-use super::Timeout;
+use super::{expiry::Expiry, Timeout};
 
 /// Gives every request a deadline. See the [module docs](crate::timeout).
 #[derive(Clone, Debug, Default)]
@@ -16,6 +16,8 @@ pub(crate) struct Config {
     pub(crate) per_method: HashMap<String, Duration>,
     pub(crate) meta_field: Option<Arc<str>>,
     pub(crate) max_total: Option<Duration>,
+    // The deadlines of the requests this layer gave one, shared by every service it made.
+    pub(crate) expiry: Expiry,
 }
 
 impl Config {
@@ -67,6 +69,11 @@ impl TimeoutLayer {
     pub fn reset_on_progress(mut self, max_total: Duration) -> Self {
         self.config_mut().max_total = Some(max_total);
         self
+    }
+
+    #[cfg(test)]
+    pub(crate) fn expiry(&self) -> &Expiry {
+        &self.config.expiry
     }
 
     fn config_mut(&mut self) -> &mut Config {

@@ -30,6 +30,17 @@
 //! the stack has unless you set a timeout) is transparent instead: it forwards readiness and calls, and costs
 //! nothing.
 //!
+//! # Timers
+//!
+//! A request with a cancel layer above (the stack's, always) gets no timer of its own: its deadline goes on a queue
+//! the layer's requests share, and one task per queue sleeps until the earliest deadline and cancels what has
+//! passed. A layer has a queue for each worker thread it is used from (at most 8), so that workers do not take
+//! turns on one lock; a queue's task is spawned, on the runtime of the request that needs it, when the queue's
+//! first deadline arrives, and ends when the layer and its last request are gone (or its runtime shuts down: the
+//! next request starts another). A request that ends first leaves nothing behind. Without a cancel layer above, a
+//! request's future sleeps on a tokio timer of its own, as it must end itself; so does a request whose only limit is
+//! its transport's [`RequestedTimeout`] under a layer without rules (that layer keeps nothing, queues included).
+//!
 //! tower's own `tower::timeout::TimeoutLayer` also works below the stack: the cancel layer turns its `Elapsed`
 //! error into the same Timeout cancellation (for a request that can be cancelled; `initialize` timing out that
 //! way is an ordinary failure, -32603).
@@ -54,6 +65,7 @@
 //! # }
 //! ```
 
+mod expiry;
 mod future;
 mod layer;
 
@@ -218,7 +230,19 @@ where
         let Some(deadline) = context.deadline() else {
             return ResponseFuture::new(inner, req, None, None);
         };
-        let sleep = tokio::time::sleep_until(deadline);
-        ResponseFuture::new(inner, req, Some(sleep), Some(context))
+        // The layer's queue of deadlines cancels the request when it passes; a timer of the request's own only
+        // where there is no queue (a layer without rules honouring a transport's `RequestedTimeout`).
+        match self.config.as_deref() {
+            Some(config) => {
+                ResponseFuture::watched(inner, req, config.expiry.deadline(deadline), context)
+            }
+            None => {
+                let sleep = tokio::time::sleep_until(deadline);
+                ResponseFuture::new(inner, req, Some(sleep), Some(context))
+            }
+        }
     }
 }
+
+#[cfg(test)]
+mod tests;
