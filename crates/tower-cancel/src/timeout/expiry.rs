@@ -94,6 +94,20 @@ impl Expiry {
         })
     }
 
+    /// The room every queue's heap and slab keep, in entries and slots.
+    #[cfg(test)]
+    pub(crate) fn room(&self) -> usize {
+        self.queues.get().map_or(0, |queues| {
+            queues
+                .iter()
+                .map(|queue| {
+                    let state = queue.lock();
+                    state.heap.capacity() + state.slots.capacity() + state.free.capacity()
+                })
+                .sum()
+        })
+    }
+
     /// The entries of every queue's heap, dead ones included.
     #[cfg(test)]
     pub(crate) fn entries(&self) -> usize {
@@ -284,6 +298,17 @@ impl State {
             let slots = &self.slots;
             self.heap
                 .retain(|Reverse(entry)| slots[entry.slot as usize].generation == entry.generation);
+            // A burst of requests held at once leaves room for all of them: give back what the rest cannot use.
+            if self.heap.capacity() > 4 * (self.heap.len() + SLACK) {
+                self.heap.shrink_to(2 * self.heap.len() + SLACK);
+            }
+        }
+        // The last request watched has ended after a burst: no registration names a slot any more, so the slab and
+        // its heap start over, small.
+        if self.live == 0 && self.slots.len() > SLACK {
+            self.heap = BinaryHeap::new();
+            self.slots = Vec::new();
+            self.free = Vec::new();
         }
     }
 

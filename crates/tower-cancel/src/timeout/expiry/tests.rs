@@ -199,3 +199,28 @@ async fn more_deadlines_passing_together_than_a_turn_takes_are_all_cancelled() {
     drop(requests);
     assert_eq!(expiry.watched(), 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_burst_held_at_once_gives_its_room_back_when_it_ends() {
+    let expiry = Expiry::default();
+    let burst: Vec<_> = (0..10_000)
+        .map(|id| watched(&expiry, id, Duration::from_secs(30)))
+        .collect();
+    assert!(expiry.room() >= 20_000, "room for every one of them");
+    drop(burst);
+    assert_eq!((expiry.watched(), expiry.entries()), (0, 0));
+    assert!(
+        expiry.room() <= 4 * SLACK,
+        "room kept after the burst: {}",
+        expiry.room()
+    );
+
+    let (after, _after) = watched(&expiry, 10_000, Duration::from_secs(1));
+    advance(Duration::from_millis(1_001)).await;
+    settle().await;
+    assert_eq!(
+        after.reason(),
+        Some(&CancelReason::Timeout),
+        "the queue works on after starting over"
+    );
+}
