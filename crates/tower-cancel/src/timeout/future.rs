@@ -163,8 +163,10 @@ where
                 }
                 Watch::Unplaced(deadline) => {
                     let at = deadline.at();
-                    let lifecycle = context.as_ref().map(RequestContext::lifecycle);
-                    match lifecycle.and_then(|lifecycle| deadline.place(lifecycle)) {
+                    match context
+                        .as_ref()
+                        .and_then(|context| deadline.place(context.lifecycle()))
+                    {
                         Some(placed) => {
                             *watch = Watch::Placed(placed);
                             return Poll::Pending;

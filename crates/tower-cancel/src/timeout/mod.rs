@@ -33,14 +33,15 @@
 //! # Timers
 //!
 //! A request with a cancel layer above (the stack's, always) gets no timer of its own: its deadline goes on a queue
-//! the layer's requests share, and one task per queue sleeps until the earliest deadline and cancels what has
-//! passed. A layer has a queue for each worker thread it is used from (at most 8), so that workers do not take
-//! turns on one lock; a queue's task is spawned, on the runtime of the request that needs it, when the queue's
-//! first deadline arrives, and ends when the layer and its last request are gone (or its runtime shuts down: the
-//! next request starts another). A layer shared by two runtimes may have one time the other's requests: a runtime
-//! that is not being driven (a `current_thread` runtime outside its `block_on`) times nothing meanwhile. A request that ends first leaves nothing behind. Without a cancel layer above, a
-//! request's future sleeps on a tokio timer of its own, as it must end itself; so does a request whose only limit is
-//! its transport's [`RequestedTimeout`] under a layer without rules (that layer keeps nothing, queues included).
+//! the layer's requests share, and one task per queue sleeps until the earliest deadline and cancels what has passed.
+//! A layer has a queue for each worker thread it is used from (at most 8), so that workers do not take turns on one
+//! lock; a queue's task is spawned, on the runtime of the request that needs it, when the queue's first deadline
+//! arrives, and ends when the layer and its last request are gone (or its runtime shuts down: the next request starts
+//! another). A layer shared by two runtimes may have one time the other's requests: a runtime that is not being
+//! driven (a `current_thread` runtime outside its `block_on`) times nothing meanwhile. A request that ends first
+//! leaves nothing behind. Without a cancel layer above, a request's future sleeps on a tokio timer of its own, as it
+//! must end itself; so does a request whose only limit is its transport's [`RequestedTimeout`] under a layer without
+//! rules (that layer keeps nothing, queues included).
 //!
 //! tower's own `tower::timeout::TimeoutLayer` also works below the stack: the cancel layer turns its `Elapsed`
 //! error into the same Timeout cancellation (for a request that can be cancelled; `initialize` timing out that

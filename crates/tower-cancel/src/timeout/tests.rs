@@ -30,6 +30,13 @@ fn handler(req: Request) -> BoxFuture<'static, Result<serde_json::Value, BoxErro
     .boxed()
 }
 
+/// Let the queues' tasks run until they wait again (they sleep on the runtime's paused clock).
+pub(super) async fn settle() {
+    for _ in 0..4 {
+        tokio::task::yield_now().await;
+    }
+}
+
 fn poll_once<F: Future>(future: std::pin::Pin<&mut F>) -> Poll<F::Output> {
     future.poll(&mut std::task::Context::from_waker(
         futures_util::task::noop_waker_ref(),
@@ -46,7 +53,7 @@ async fn a_request_answered_on_its_first_poll_never_goes_on_the_queue() {
         let polled = poll_once(future.as_mut());
         assert!(matches!(polled, Poll::Ready(Ok(serde_json::Value::Null))));
     }
-    let expiry = &layer.expiry();
+    let expiry = layer.expiry();
     assert_eq!((expiry.watched(), expiry.entries()), (0, 0));
 }
 
@@ -54,7 +61,7 @@ async fn a_request_answered_on_its_first_poll_never_goes_on_the_queue() {
 async fn a_waiting_request_is_on_the_queue_until_it_ends_and_cancelled_at_its_deadline() {
     let layer = TimeoutLayer::new(Duration::from_secs(30));
     let mut service = layer.layer(service_fn(handler));
-    let expiry = &layer.expiry();
+    let expiry = layer.expiry();
 
     let (request, dropped) = request_with_context(1, "wait");
     let mut future = Box::pin(service.call(request));
@@ -68,8 +75,6 @@ async fn a_waiting_request_is_on_the_queue_until_it_ends_and_cancelled_at_its_de
     let mut future = Box::pin(service.call(request));
     assert!(poll_once(future.as_mut()).is_pending());
     advance(Duration::from_secs(31)).await;
-    for _ in 0..4 {
-        tokio::task::yield_now().await;
-    }
+    settle().await;
     assert_eq!(timed_out.reason(), Some(&CancelReason::Timeout));
 }

@@ -7,6 +7,7 @@ use crate::{
     lifecycle::{Deadline, Lifecycle},
     message::Id,
     reason::CancelReason,
+    timeout::tests::settle,
 };
 
 fn request(id: i64, now: Instant, timeout: Duration) -> Arc<Lifecycle> {
@@ -21,13 +22,6 @@ fn watched(expiry: &Expiry, id: i64, timeout: Duration) -> (Arc<Lifecycle>, Regi
     let lifecycle = request(id, now, timeout);
     let registration = expiry.watch(&lifecycle, now + timeout).unwrap();
     (lifecycle, registration)
-}
-
-/// Let the queue's task run until it waits again (it sleeps on the runtime's paused clock).
-async fn settle() {
-    for _ in 0..4 {
-        tokio::task::yield_now().await;
-    }
 }
 
 #[tokio::test(start_paused = true)]
