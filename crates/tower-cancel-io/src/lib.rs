@@ -36,6 +36,7 @@ mod frame;
 mod in_flight;
 mod ndjson;
 mod read;
+mod repoll;
 mod requests;
 mod server;
 mod settled;

@@ -27,6 +27,7 @@ use crate::{
     config::Config,
     frame::FrameError,
     in_flight::InFlight,
+    repoll::Repoll,
     requests::{Mode, Started},
     settled::{outcome_of, panicked, Settled},
     signal::Signal,
@@ -113,201 +114,211 @@ where
         // it passes.
         let mut stall = pin!(tokio::time::sleep(Duration::ZERO));
         let mut was_full = false;
-        loop {
-            // The signals and the drain's timer are read here, with a load each, and polled in the `select!` below
-            // only when nothing else is ready: a waiter registered on a token costs a lock to add and one to
-            // remove, which every frame and every reply would pay if the tokens came first.
-            if self.writer_gone.has_fired() {
-                break;
-            }
-            if ending == Ending::Disconnect && self.shutdown.has_fired() {
-                ending = self.begin_drain(drain.as_mut(), in_flight.len());
-                if in_flight.is_empty() {
+        // Polled again at once when it wakes itself (a cancel it reads wakes the request it cancels, which this loop
+        // polls), not requeued by tokio as a task that yielded (`repoll.rs`). The close below is not: its turns
+        // given back to the runtime are wakes of its own.
+        Repoll::new(async {
+            loop {
+                // The signals and the drain's timer are read here, with a load each, and polled in the `select!` below
+                // only when nothing else is ready: a waiter registered on a token costs a lock to add and one to
+                // remove, which every frame and every reply would pay if the tokens came first.
+                if self.writer_gone.has_fired() {
                     break;
                 }
-            }
-            let draining = ending == Ending::Shutdown;
-            if draining && drain.deadline() <= tokio::time::Instant::now() {
-                tracing::info!(
-                    left = in_flight.len(),
-                    "drain timeout passed: cancelling the rest"
-                );
-                break;
-            }
-            let full = outbox.is_full();
-            if full && !was_full {
-                stall
-                    .as_mut()
-                    .reset(tokio::time::Instant::now() + self.config.stall_timeout);
-            }
-            was_full = full;
-            // The common turn, a settled request or the next frame ready, is taken without the `select!` below,
-            // which makes and drops a future for every branch on every turn: these are its first two branches, in
-            // its order.
-            let turn =
-                poll_fn(|cx| Poll::Ready(ready_turn(&mut in_flight, &mut frames, full, cx))).await;
-            let next = match turn {
-                Some(Turn::Settled(done)) => {
-                    self.answer(done);
-                    if draining && in_flight.is_empty() {
+                if ending == Ending::Disconnect && self.shutdown.has_fired() {
+                    ending = self.begin_drain(drain.as_mut(), in_flight.len());
+                    if in_flight.is_empty() {
                         break;
                     }
-                    continue;
                 }
-                Some(Turn::Frame(frame)) => frame,
-                None => tokio::select! {
-                    // Replies first: they free table entries and reach the peer sooner.
-                    biased;
-                    Some(done) = in_flight.next(), if !in_flight.is_empty() => {
+                let draining = ending == Ending::Shutdown;
+                if draining && drain.deadline() <= tokio::time::Instant::now() {
+                    tracing::info!(
+                        left = in_flight.len(),
+                        "drain timeout passed: cancelling the rest"
+                    );
+                    break;
+                }
+                let full = outbox.is_full();
+                if full && !was_full {
+                    stall
+                        .as_mut()
+                        .reset(tokio::time::Instant::now() + self.config.stall_timeout);
+                }
+                was_full = full;
+                // The common turn, a settled request or the next frame ready, is taken without the `select!` below,
+                // which makes and drops a future for every branch on every turn: these are its first two branches, in
+                // its order.
+                let turn =
+                    poll_fn(|cx| Poll::Ready(ready_turn(&mut in_flight, &mut frames, full, cx))).await;
+                let next = match turn {
+                    Some(Turn::Settled(done)) => {
                         self.answer(done);
                         if draining && in_flight.is_empty() {
                             break;
                         }
                         continue;
                     }
-                    frame = frames.next(), if !full => frame,
-                    // Polled only when no reply and no frame is ready: the loop's head has already checked them.
-                    () = self.writer_gone.fired() => break,
-                    () = self.shutdown.fired(), if !draining => continue,
-                    () = &mut drain, if draining => continue,
-                    // The peer is not reading its replies: read nothing more from it until the writer catches up.
-                    () = outbox.room(), if full => continue,
-                    () = &mut stall, if full => {
-                        tracing::warn!(timeout = ?self.config.stall_timeout, "the peer read too little of its replies: closing the connection");
+                    Some(Turn::Frame(frame)) => frame,
+                    None => tokio::select! {
+                        // Replies first: they free table entries and reach the peer sooner.
+                        biased;
+                        Some(done) = in_flight.next(), if !in_flight.is_empty() => {
+                            self.answer(done);
+                            if draining && in_flight.is_empty() {
+                                break;
+                            }
+                            continue;
+                        }
+                        frame = frames.next(), if !full => frame,
+                        // Polled only when no reply and no frame is ready: the loop's head has already checked them.
+                        () = self.writer_gone.fired() => break,
+                        () = self.shutdown.fired(), if !draining => continue,
+                        () = &mut drain, if draining => continue,
+                        // The peer is not reading its replies: read nothing more from it until the writer catches up.
+                        () = outbox.room(), if full => continue,
+                        () = &mut stall, if full => {
+                            tracing::warn!(
+                                timeout = ?self.config.stall_timeout,
+                                "the peer read too little of its replies: closing the connection"
+                            );
+                            break;
+                        }
+                    },
+                };
+                let bytes = match next {
+                    None => break,
+                    Some(Err(error)) => {
+                        tracing::warn!(%error, "reading from the connection failed");
+                        result = Err(error);
                         break;
                     }
-                },
-            };
-            let bytes = match next {
-                None => break,
-                Some(Err(error)) => {
-                    tracing::warn!(%error, "reading from the connection failed");
-                    result = Err(error);
+                    Some(Ok(Err(frame_error))) => {
+                        tracing::debug!(%frame_error, "bad frame");
+                        // A header that cannot be read and a frame cut off by the end of the stream are bytes
+                        // that cannot be parsed (-32700, as an NDJSON line cut off is); a frame over the limit may
+                        // be fine JSON that is not accepted as a request (-32600).
+                        let error = match frame_error {
+                            FrameError::InvalidHeader(_) | FrameError::Truncated => {
+                                ErrorObject::parse_error(&frame_error)
+                            }
+                            _ => ErrorObject::invalid_request(&frame_error),
+                        };
+                        self.send(&Response::error(None, error));
+                        continue;
+                    }
+                    Some(Ok(Ok(bytes))) => bytes,
+                };
+                let message = match Message::from_slice(&bytes) {
+                    Ok(message) => message,
+                    Err(invalid) => {
+                        tracing::debug!(%invalid, "invalid message");
+                        self.send(&Response::error(invalid.id, invalid.error));
+                        continue;
+                    }
+                };
+                let request = match self.connection.receive(message) {
+                    Incoming::Request(request) => request,
+                    Incoming::Response(response) => {
+                        let handler = AssertUnwindSafe(|| (self.config.on_response)(response));
+                        if std::panic::catch_unwind(handler).is_err() {
+                            tracing::error!("the response handler panicked; the reply is dropped");
+                        }
+                        continue;
+                    }
+                    Incoming::Consumed => continue,
+                };
+                let id = request.id().cloned();
+
+                // Wait for readiness while still settling requests in flight (readiness may depend on them), and while
+                // watching what ends the connection: a service that never becomes ready must not hold it open.
+                let ready = loop {
+                    // As in the outer loop: the signals are read first, and waited on only when the service is
+                    // not ready.
+                    if self.writer_gone.has_fired() {
+                        break None;
+                    }
+                    if ending == Ending::Disconnect && self.shutdown.has_fired() {
+                        // The request waiting here is refused when the service takes it (it starts out cancelled).
+                        ending = self.begin_drain(drain.as_mut(), in_flight.len() + 1);
+                    }
+                    let draining = ending == Ending::Shutdown;
+                    if draining && drain.deadline() <= tokio::time::Instant::now() {
+                        break None;
+                    }
+                    // Asked once a turn, between the looks at the signals above, and before the `select!` makes its
+                    // futures (a service is almost always ready). Its error boxed at once: the service's own error type
+                    // need not be `Send`, and the loop awaits again while it is in scope.
+                    if let Poll::Ready(ready) =
+                        poll_fn(|cx| Poll::Ready(self.service.poll_ready(cx))).await
+                    {
+                        break Some(ready.map_err(Into::<BoxError>::into));
+                    }
+                    tokio::select! {
+                        biased;
+                        Some(done) = in_flight.next(), if !in_flight.is_empty() => self.answer(done),
+                        // The service's answer registered the task's waker: woken, the loop asks it again.
+                        () = Rewoken::default() => {}
+                        () = self.writer_gone.fired() => {}
+                        () = self.shutdown.fired(), if !draining => {}
+                        () = &mut drain, if draining => {}
+                    }
+                };
+                let Some(ready) = ready else {
+                    // The connection ends before the service could take the request: it is answered as one the
+                    // service could not take.
+                    tracing::info!("the connection ends while the service is not ready");
+                    let failure =
+                        Unavailable::new("the connection ended before the service was ready".into());
+                    self.answer((id, Err(Box::new(failure))));
+                    break;
+                };
+                if let Err(error) = ready {
+                    // The same answer the stack's layers give for a readiness failure; the connection goes on.
+                    let failure = Unavailable::new(error);
+                    tracing::error!(error = ?std::error::Error::source(&failure), "service unavailable");
+                    self.answer((id, Err(Box::new(failure))));
+                    continue;
+                }
+                // A panic in `call` itself is caught here in every mode; one in the future, by `outcome_of`, the
+                // adaptive mode's net (its `CatchUnwind`, around the first poll and the task's) or the task.
+                // Notifications stay on this task in every mode: the peer's order of them is the order of their
+                // effects (an editor's `didChange` edits), which tasks on several workers would not keep.
+                let mode = if id.is_some() {
+                    self.mode
+                } else {
+                    Mode::Inline
+                };
+                let (service, pace) = (&mut self.service, &mut self.pace);
+                let started = unwind::call(|| match mode {
+                    Mode::Inline => Started::Inline(service.call(request)),
+                    Mode::Spawned(spawn) => Started::Task(spawn(service, request)),
+                    Mode::Adaptive(call) => pace.start(call(service, request)),
+                });
+                match started {
+                    Ok(Started::Inline(future)) => {
+                        // Polled once where it arrives, in a box of its own: most requests answer at once and never
+                        // enter the set (its node, and the atomic flags of its queue of woken futures, cost more than
+                        // the box); one still pending moves into the set in its box.
+                        let mut future = Box::pin(outcome_of(id, future));
+                        let first: Poll<Settled> =
+                            poll_fn(|cx| Poll::Ready(future.as_mut().poll(cx))).await;
+                        match first {
+                            Poll::Ready(settled) => self.answer(settled),
+                            Poll::Pending => in_flight.push_inline(future),
+                        }
+                    }
+                    Ok(Started::Task(task)) => in_flight.push_spawned(Spawned::new(id, task)),
+                    Ok(Started::Done(outcome)) => self.answer((id, outcome)),
+                    Err(payload) => self.answer((id, Err(panicked(payload)))),
+                }
+                // A drain ends with its last request; one settled here never reaches the `select!` that checks.
+                if ending == Ending::Shutdown && in_flight.is_empty() {
                     break;
                 }
-                Some(Ok(Err(frame_error))) => {
-                    tracing::debug!(%frame_error, "bad frame");
-                    // A header that cannot be read and a frame cut off by the end of the stream are bytes
-                    // that cannot be parsed (-32700, as an NDJSON line cut off is); a frame over the limit may
-                    // be fine JSON that is not accepted as a request (-32600).
-                    let error = match frame_error {
-                        FrameError::InvalidHeader(_) | FrameError::Truncated => {
-                            ErrorObject::parse_error(&frame_error)
-                        }
-                        _ => ErrorObject::invalid_request(&frame_error),
-                    };
-                    self.send(&Response::error(None, error));
-                    continue;
-                }
-                Some(Ok(Ok(bytes))) => bytes,
-            };
-            let message = match Message::from_slice(&bytes) {
-                Ok(message) => message,
-                Err(invalid) => {
-                    tracing::debug!(%invalid, "invalid message");
-                    self.send(&Response::error(invalid.id, invalid.error));
-                    continue;
-                }
-            };
-            let request = match self.connection.receive(message) {
-                Incoming::Request(request) => request,
-                Incoming::Response(response) => {
-                    let handler = AssertUnwindSafe(|| (self.config.on_response)(response));
-                    if std::panic::catch_unwind(handler).is_err() {
-                        tracing::error!("the response handler panicked; the reply is dropped");
-                    }
-                    continue;
-                }
-                Incoming::Consumed => continue,
-            };
-            let id = request.id().cloned();
-
-            // Wait for readiness while still settling requests in flight (readiness may depend on them), and while
-            // watching what ends the connection: a service that never becomes ready must not hold it open.
-            let ready = loop {
-                // As in the outer loop: the signals are read first, and waited on only when the service is not ready.
-                if self.writer_gone.has_fired() {
-                    break None;
-                }
-                if ending == Ending::Disconnect && self.shutdown.has_fired() {
-                    // The request waiting here is refused when the service takes it (it starts out cancelled).
-                    ending = self.begin_drain(drain.as_mut(), in_flight.len() + 1);
-                }
-                let draining = ending == Ending::Shutdown;
-                if draining && drain.deadline() <= tokio::time::Instant::now() {
-                    break None;
-                }
-                // Asked once a turn, between the looks at the signals above, and before the `select!` makes its
-                // futures (a service is almost always ready). Its error boxed at once: the service's own error type
-                // need not be `Send`, and the loop awaits again while it is in scope.
-                if let Poll::Ready(ready) =
-                    poll_fn(|cx| Poll::Ready(self.service.poll_ready(cx))).await
-                {
-                    break Some(ready.map_err(Into::<BoxError>::into));
-                }
-                tokio::select! {
-                    biased;
-                    Some(done) = in_flight.next(), if !in_flight.is_empty() => self.answer(done),
-                    // The service's answer registered the task's waker: woken, the loop asks it again.
-                    () = Rewoken::default() => {}
-                    () = self.writer_gone.fired() => {}
-                    () = self.shutdown.fired(), if !draining => {}
-                    () = &mut drain, if draining => {}
-                }
-            };
-            let Some(ready) = ready else {
-                // The connection ends before the service could take the request: it is answered as one the
-                // service could not take.
-                tracing::info!("the connection ends while the service is not ready");
-                let failure =
-                    Unavailable::new("the connection ended before the service was ready".into());
-                self.answer((id, Err(Box::new(failure))));
-                break;
-            };
-            if let Err(error) = ready {
-                // The same answer the stack's layers give for a readiness failure; the connection goes on.
-                let failure = Unavailable::new(error);
-                tracing::error!(error = ?std::error::Error::source(&failure), "service unavailable");
-                self.answer((id, Err(Box::new(failure))));
-                continue;
             }
-            // A panic in `call` itself is caught here in every mode; one in the future, by `outcome_of`, the
-            // adaptive mode's net (its `CatchUnwind`, around the first poll and the task's) or the task.
-            // Notifications stay on this task in every mode: the peer's order of them is the order of their
-            // effects (an editor's `didChange` edits), which tasks on several workers would not keep.
-            let mode = if id.is_some() {
-                self.mode
-            } else {
-                Mode::Inline
-            };
-            let (service, pace) = (&mut self.service, &mut self.pace);
-            let started = unwind::call(|| match mode {
-                Mode::Inline => Started::Inline(service.call(request)),
-                Mode::Spawned(spawn) => Started::Task(spawn(service, request)),
-                Mode::Adaptive(call) => pace.start(call(service, request)),
-            });
-            match started {
-                Ok(Started::Inline(future)) => {
-                    // Polled once where it arrives, in a box of its own: most requests answer at once and never
-                    // enter the set (its node, and the atomic flags of its queue of woken futures, cost more than
-                    // the box); one still pending moves into the set in its box.
-                    let mut future = Box::pin(outcome_of(id, future));
-                    let first: Poll<Settled> =
-                        poll_fn(|cx| Poll::Ready(future.as_mut().poll(cx))).await;
-                    match first {
-                        Poll::Ready(settled) => self.answer(settled),
-                        Poll::Pending => in_flight.push_inline(future),
-                    }
-                }
-                Ok(Started::Task(task)) => in_flight.push_spawned(Spawned::new(id, task)),
-                Ok(Started::Done(outcome)) => self.answer((id, outcome)),
-                Err(payload) => self.answer((id, Err(panicked(payload)))),
-            }
-            // A drain ends with its last request; one settled here never reaches the `select!` that checks.
-            if ending == Ending::Shutdown && in_flight.is_empty() {
-                break;
-            }
-        }
+        })
+        .await;
 
         // Everything of this connection still in flight is cancelled through its lifecycle: the peer is gone
         // (Disconnect) or the server is going (Shutdown). The peer's pending calls fail now too: nothing more is
