@@ -257,7 +257,7 @@ where
                     tokio::select! {
                         biased;
                         Some(done) = in_flight.next(), if !in_flight.is_empty() => self.answer(done),
-                        // The service's answer registered the task's waker: woken, the loop asks it again.
+                        // The service's answer registered the loop's waker: woken, the loop asks it again.
                         () = Rewoken::default() => {}
                         () = self.writer_gone.fired() => {}
                         () = self.shutdown.fired(), if !draining => {}
@@ -414,7 +414,7 @@ enum Turn<F> {
 
 /// The read loop's turn when something is ready: a settled request first (replies free table entries and reach
 /// the peer sooner), else the next frame unless the outbox is `full`. `None` when neither is, having registered the
-/// task's waker with both, as the `select!` that then waits does again.
+/// loop's waker with both, as the `select!` that then waits does again.
 fn ready_turn<T, F>(
     in_flight: &mut InFlight<T>,
     frames: &mut F,
@@ -439,7 +439,7 @@ where
 }
 
 /// Pending when first polled, ready when polled again: what the read loop waits on for a service that said it is
-/// not ready. The service's answer registered the task's waker, so the wake that ends the wait is its (or any
+/// not ready. The service's answer registered the loop's waker, so the wake that ends the wait is its (or any
 /// other branch's, which only costs the loop one more question).
 #[derive(Default)]
 struct Rewoken(bool);

@@ -5,6 +5,13 @@
 //! at the back of its worker's queue and wakes an idle worker to steal it (a system call), and the reply the cancel
 //! produced waits for that. Here the wake only sets a flag, and the future is polled again before the task's poll
 //! ends. A wake from another thread, or after the poll, goes to the task as usual.
+//!
+//! What this takes from the future inside is the turn a self-wake would have given the runtime. tokio's own yields
+//! keep theirs (`tokio::task::yield_now`, and a task out of its coop budget: since tokio 1.44 their wakes are
+//! deferred until the task's poll has ended, and reach the task). Other yields made of a self-wake become polls
+//! again, at most [`POLLS`] in a turn: `FuturesUnordered`'s own (it yields after polling a future that woke itself
+//! twice), or a handler's that yields with a wake of its own. A future that ends its work with such yields (a
+//! closing connection's turns given back) is not polled through this.
 
 use std::{
     future::Future,
@@ -19,9 +26,10 @@ use std::{
 use futures_util::task::AtomicWaker;
 use pin_project_lite::pin_project;
 
-/// How many times in a row a future that keeps waking itself is polled again before its task gets a turn on the
-/// runtime: bounded, so that such a future cannot keep a worker from its other tasks.
-const REPOLLS: usize = 16;
+/// How many times the future is polled in one poll of its task at most, when it keeps waking itself: then it is
+/// requeued as any task woken during its poll is, so that it cannot keep a worker from its other tasks. The wake
+/// of a cancel needs one poll more.
+const POLLS: usize = 4;
 
 pin_project! {
     /// `future`, polled again in place when it woke itself during its poll (see the module docs).
@@ -53,11 +61,11 @@ impl<F: Future> Future for Repoll<F> {
         let mut this = self.project();
         this.wake.task.register(cx.waker());
         let mut inner = Context::from_waker(this.waker);
-        let here = this_thread();
-        for _ in 0..REPOLLS {
-            this.wake.polling.store(here, Ordering::Relaxed);
-            let poll = this.future.as_mut().poll(&mut inner);
-            this.wake.polling.store(NOBODY, Ordering::Relaxed);
+        for _ in 0..POLLS {
+            let poll = {
+                let _polling = Polling::start(this.wake);
+                this.future.as_mut().poll(&mut inner)
+            };
             // Only this thread sets the flag, and only while it polls: no other thread reads or writes it then.
             let woken = this.wake.woken.swap(false, Ordering::Relaxed);
             if poll.is_ready() || !woken {
@@ -73,6 +81,10 @@ impl<F: Future> Future for Repoll<F> {
 /// `polling` when no thread polls the future.
 const NOBODY: usize = 0;
 
+/// What [`this_thread`] says on a thread that cannot tell (its thread locals torn down): a value `polling` never
+/// holds, so that such a thread's wakes always go to the task.
+const UNKNOWN: usize = usize::MAX;
+
 /// The waker the future inside is given.
 #[derive(Default)]
 struct SelfWake {
@@ -85,13 +97,10 @@ struct SelfWake {
     task: AtomicWaker,
 }
 
-impl Wake for SelfWake {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        if self.polling.load(Ordering::Relaxed) == this_thread() {
+impl SelfWake {
+    /// A wake from thread `here`.
+    fn wake_from(&self, here: usize) {
+        if self.polling.load(Ordering::Relaxed) == here {
             self.woken.store(true, Ordering::Relaxed);
         } else {
             self.task.wake();
@@ -99,14 +108,45 @@ impl Wake for SelfWake {
     }
 }
 
-/// This thread, as a number no other running thread has and that is never `NOBODY`: the address of a thread local.
+impl Wake for SelfWake {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.wake_from(this_thread());
+    }
+}
+
+/// Marks this thread as the one polling, until dropped (a panic of the future inside included).
+struct Polling<'a>(&'a SelfWake);
+
+impl<'a> Polling<'a> {
+    fn start(wake: &'a SelfWake) -> Self {
+        // A thread that cannot tell which it is takes no wake for its own: they all go to the task.
+        let here = match this_thread() {
+            UNKNOWN => NOBODY,
+            here => here,
+        };
+        wake.polling.store(here, Ordering::Relaxed);
+        Self(wake)
+    }
+}
+
+impl Drop for Polling<'_> {
+    fn drop(&mut self) {
+        self.0.polling.store(NOBODY, Ordering::Relaxed);
+    }
+}
+
+/// This thread, as a number no other running thread has and that is neither `NOBODY` nor `UNKNOWN`: the address of
+/// a thread local.
 fn this_thread() -> usize {
     thread_local! {
         static HERE: u8 = const { 0 };
     }
-    // A thread being torn down has none: `NOBODY`, which its wakes never match, so they go to the task.
     HERE.try_with(|here| std::ptr::from_ref(here) as usize)
-        .unwrap_or(NOBODY)
+        .unwrap_or(UNKNOWN)
 }
 
 #[cfg(test)]
