@@ -61,11 +61,10 @@ impl<F: Future> Future for Repoll<F> {
         let mut this = self.project();
         this.wake.task.register(cx.waker());
         let mut inner = Context::from_waker(this.waker);
+        // For all the polls of this turn: between two of them nothing else runs on this thread.
+        let _polling = Polling::start(this.wake);
         for _ in 0..POLLS {
-            let poll = {
-                let _polling = Polling::start(this.wake);
-                this.future.as_mut().poll(&mut inner)
-            };
+            let poll = this.future.as_mut().poll(&mut inner);
             // Only this thread sets the flag, and only while it polls: no other thread reads or writes it then.
             let woken = this.wake.woken.swap(false, Ordering::Relaxed);
             if poll.is_ready() || !woken {
