@@ -196,7 +196,7 @@ pub mod registry;
 mod request;
 pub mod scope;
 mod session;
-mod stack;
+pub mod stack;
 pub mod timeout;
 mod trace_context;
 pub mod unwind;

@@ -76,13 +76,7 @@ pub struct Harness {
     pub http: reqwest::Client,
 }
 
-pub type Stack = tower_cancel::error_map::ErrorMap<
-    tower_cancel::cancel::Cancel<
-        tower_cancel::timeout::Timeout<tower_cancel::cascade::Cascade<Tools>>,
-        Rap,
-    >,
-    Rap,
->;
+pub type Stack = tower_cancel::stack::Stacked<Tools, Rap>;
 
 pub fn tools(probe: &Probe) -> Tools {
     let sleep_probe = probe.clone();

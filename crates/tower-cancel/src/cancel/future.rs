@@ -12,8 +12,8 @@ use tower_service::Service;
 
 use super::{settlement::Settlement, Cancelled, Mode, Panicked, Unavailable};
 use crate::{
-    dispatch::Dispatch, lifecycle::Lifecycle, outcome::BoxError, reason::CancelReason,
-    request::Request, unwind,
+    dialect::Dialect, dispatch::Dispatch, lifecycle::Lifecycle, outcome::BoxError,
+    reason::CancelReason, request::Request, unwind,
 };
 
 pin_project! {
@@ -171,11 +171,32 @@ where
     type Output = Result<S::Response, BoxError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.poll_replying::<false, _>(cx, |outcome, _| outcome)
+    }
+}
+
+impl<S> ResponseFuture<S>
+where
+    S: Service<Request>,
+    S::Error: Into<BoxError>,
+{
+    /// Poll to the request's outcome and hand it to `reply`, with the dialect of the request's scope for a
+    /// cancelled request registered on a connection whose scope speaks one: what the presets' one future renders
+    /// the reply with ([`Stacked`](crate::stack::Stacked)). No other outcome's reply depends on the dialect.
+    ///
+    /// `SPOKEN`: whether `reply` reads the dialect (the layer alone, whose outcome is not rendered, takes none).
+    pub(crate) fn poll_replying<const SPOKEN: bool, R>(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        reply: impl FnOnce(Result<S::Response, BoxError>, Option<&dyn Dialect>) -> R,
+    ) -> Poll<R> {
         match self.project().kind.project() {
             KindProj::Ready { result } => {
-                Poll::Ready(result.take().expect("polled after completion"))
+                Poll::Ready(reply(result.take().expect("polled after completion"), None))
             }
-            KindProj::Notification { dispatch } => poll_catching(dispatch, cx),
+            KindProj::Notification { dispatch } => {
+                poll_catching(dispatch, cx).map(|outcome| reply(outcome, None))
+            }
             KindProj::Racing {
                 dispatch,
                 grace,
@@ -189,23 +210,33 @@ where
                 };
                 // The first poll that sees the cancel is when this layer acts on it: the span's `cancel` event.
                 settlement.note_cancel();
-                if let Poll::Ready(result) = &poll {
-                    // `initialize`: its success marks the connection's session initialized.
-                    if result.is_ok() && settlement.lifecycle().initializes() {
-                        if let Some(connection) = settlement.connection() {
-                            connection.session().mark_initialized();
-                        }
-                    }
-                    // A request whose end this side announces (MCP's `subscriptions/listen`): the notice is its
-                    // end, and no reply follows it (a client that takes the notice as the end would find a reply
-                    // after it to be one for a request it no longer has).
-                    let announced = settlement.announce_end(result.is_ok());
-                    settlement.finish(result);
-                    if let Some(reason) = announced {
-                        return Poll::Ready(Err(Box::new(Cancelled::announced(reason))));
+                let Poll::Ready(result) = poll else {
+                    return Poll::Pending;
+                };
+                // `initialize`: its success marks the connection's session initialized.
+                if result.is_ok() && settlement.lifecycle().initializes() {
+                    if let Some(connection) = settlement.connection() {
+                        connection.session().mark_initialized();
                     }
                 }
-                poll
+                // A request whose end this side announces (MCP's `subscriptions/listen`): the notice is its end,
+                // and no reply follows it (a client that takes the notice as the end would find a reply after it
+                // to be one for a request it no longer has).
+                let announced = settlement.announce_end(result.is_ok());
+                // A dialect renders nothing but a cancel's reply (an answer or another failure is the same in
+                // every one): the scope's dialect is taken for a cancelled request alone, before it settles.
+                let spoken = match &result {
+                    Err(error) if SPOKEN && error.is::<Cancelled>() => settlement
+                        .connection()
+                        .and_then(|connection| connection.scope().dialect().cloned()),
+                    _ => None,
+                };
+                settlement.finish(&result);
+                if let Some(reason) = announced {
+                    let announced: BoxError = Box::new(Cancelled::announced(reason));
+                    return Poll::Ready(reply(Err(announced), spoken.as_deref()));
+                }
+                Poll::Ready(reply(result, spoken.as_deref()))
             }
         }
     }

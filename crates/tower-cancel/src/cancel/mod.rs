@@ -152,6 +152,11 @@ impl<S, D: Dialect + Clone> Cancel<S, D> {
 }
 
 impl<S, D> Cancel<S, D> {
+    /// The layer's own dialect (the stand-in for a scope that speaks none).
+    pub(crate) fn dialect(&self) -> &D {
+        &self.dialect
+    }
+
     /// The registry of requests that arrive without a connection.
     pub fn registry(&self) -> &Registry {
         self.own.registry()

@@ -13,6 +13,7 @@ use crate::{
     dialect::Dialect,
     message::{Id, Response},
     outcome::BoxError,
+    request::Request,
     scope::Connection,
 };
 
@@ -127,26 +128,72 @@ where
             }
             StateProj::Failed { error } => Err(error.take().expect("polled after completion")),
         };
-        match std::mem::replace(this.subject, Subject::Answered) {
+        Poll::Ready(Ok(this.subject.answer(outcome, None, this.dialect)))
+    }
+}
+
+impl Subject {
+    /// What the reply to `req` is about. Its flags come from the dialect of the request's scope, where it speaks
+    /// one (the dialect the cancel layer below read the request in), else from `own`, the layer's. With
+    /// `keep_connection`, a request keeps its connection to find that dialect again when its reply is rendered;
+    /// without, [`answer`](Self::answer) is handed it.
+    pub(crate) fn of<D: Dialect>(req: &Request, own: &D, keep_connection: bool) -> Self {
+        let Some(id) = req.id() else {
+            // The method is only kept for notifications, whose failures are logged (requests' failures are
+            // answered).
+            return Subject::Notification {
+                method: req.method().to_owned(),
+            };
+        };
+        match req
+            .connection()
+            .and_then(|c| Some((c, c.scope().dialect()?)))
+        {
+            Some((connection, dialect)) => Subject::Request {
+                id: id.clone(),
+                server_cancellable: dialect.is_server_cancellable(req.method()),
+                answers_group: dialect.answers_group_cancel(req.method()),
+                spoken: keep_connection.then(|| connection.clone()),
+            },
+            None => Subject::Request {
+                id: id.clone(),
+                server_cancellable: own.is_server_cancellable(req.method()),
+                answers_group: own.answers_group_cancel(req.method()),
+                spoken: None,
+            },
+        }
+    }
+
+    /// The reply for `outcome` (`None` where there is none: a notification, a reply the dialect does not send),
+    /// rendered in the dialect of the request's scope (its kept connection's, else `spoken`), else in `own`. Only
+    /// a cancel's reply differs from one dialect to another, so `spoken` may be `None` for any other outcome.
+    /// Once: the subject is `Answered` afterwards.
+    pub(crate) fn answer<D: Dialect>(
+        &mut self,
+        outcome: Result<Value, BoxError>,
+        spoken: Option<&dyn Dialect>,
+        own: &D,
+    ) -> Option<Response> {
+        match std::mem::replace(self, Subject::Answered) {
             Subject::Request {
                 id,
                 server_cancellable,
                 answers_group,
-                spoken,
+                spoken: kept,
             } => {
-                let reply = match spoken.as_ref().and_then(|c| c.scope().dialect()) {
+                let kept = kept.as_ref().and_then(|c| c.scope().dialect());
+                match kept.map(|dialect| &**dialect).or(spoken) {
                     Some(dialect) => {
-                        render(id, outcome, server_cancellable, answers_group, &**dialect)
+                        render(id, outcome, server_cancellable, answers_group, dialect)
                     }
-                    None => render(id, outcome, server_cancellable, answers_group, this.dialect),
-                };
-                Poll::Ready(Ok(reply))
+                    None => render(id, outcome, server_cancellable, answers_group, own),
+                }
             }
             Subject::Notification { method } => {
                 if let Err(error) = outcome {
                     tracing::warn!(method, %error, "notification handler failed");
                 }
-                Poll::Ready(Ok(None))
+                None
             }
             Subject::Answered => panic!("polled after completion"),
         }

@@ -49,7 +49,7 @@ use std::{
 use serde_json::Value;
 use tower_service::Service;
 
-use self::future::Subject;
+pub(crate) use self::future::Subject;
 pub use self::{future::ResponseFuture, layer::ErrorMapLayer};
 
 use crate::{
@@ -128,32 +128,7 @@ where
     }
 
     fn call(&mut self, req: Request) -> Self::Future {
-        let subject = match req.id() {
-            // The reply is in the dialect of the request's scope, where the scope speaks one: the dialect the
-            // cancel layer below read the request in. The layer's own stands in for a scope that speaks none.
-            Some(id) => match req
-                .connection()
-                .and_then(|c| Some((c, c.scope().dialect()?)))
-            {
-                Some((connection, dialect)) => Subject::Request {
-                    id: id.clone(),
-                    server_cancellable: dialect.is_server_cancellable(req.method()),
-                    answers_group: dialect.answers_group_cancel(req.method()),
-                    spoken: Some(connection.clone()),
-                },
-                None => Subject::Request {
-                    id: id.clone(),
-                    server_cancellable: self.dialect.is_server_cancellable(req.method()),
-                    answers_group: self.dialect.answers_group_cancel(req.method()),
-                    spoken: None,
-                },
-            },
-            // The method is only kept for notifications, whose failures are logged (requests' failures are
-            // answered).
-            None => Subject::Notification {
-                method: req.method().to_owned(),
-            },
-        };
+        let subject = Subject::of(&req, &self.dialect, true);
         if let Some(error) = self.not_ready.take() {
             let error: BoxError = Box::new(Unavailable::new(error));
             return ResponseFuture::failed(error, subject, self.dialect.clone());
@@ -162,7 +137,8 @@ where
     }
 }
 
-/// The reply for `outcome` of request `id`, or `None` where the dialect sends none.
+/// The reply for `outcome` of request `id`, or `None` where the dialect sends none. The dialect is read for a
+/// [`Cancelled`] outcome alone (the presets' future hands in the scope's dialect for those only).
 pub(crate) fn render<D: Dialect + ?Sized>(
     id: Id,
     outcome: Result<Value, BoxError>,

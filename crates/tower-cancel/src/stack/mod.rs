@@ -1,22 +1,30 @@
-//! Presets: the layers of a dialect in the right order, in one line.
+//! Presets: the layers of a dialect in the right order, in one line ([`CancelStack`]), and the service they build
+//! ([`Stacked`]).
+
+mod service;
 
 use std::time::Duration;
 
 use tower_layer::Layer;
 
 use crate::{
-    cancel::{Cancel, CancelLayer, Mode},
-    cascade::{Cascade, CascadeLayer},
+    cancel::{CancelLayer, Mode},
+    cascade::CascadeLayer,
     dialect::{Abp, Acp, AcpDraft, Dialect, Lsp, Mcp, Rap},
-    error_map::{ErrorMap, ErrorMapLayer},
     registry::Registry,
     scope::Scope,
-    timeout::{Timeout, TimeoutLayer},
+    timeout::TimeoutLayer,
 };
 
-/// The whole stack for a dialect: [`ErrorMapLayer`] outside, then [`CancelLayer`], then [`TimeoutLayer`] (no
-/// deadline unless you set one with [`CancelStack::timeout`] or [`CancelStack::timeouts`]), then
-/// [`CascadeLayer`].
+pub use self::service::{ResponseFuture, Stacked};
+
+/// The whole stack for a dialect: [`ErrorMapLayer`](crate::ErrorMapLayer) outside, then [`CancelLayer`], then
+/// [`TimeoutLayer`] (no deadline unless you set one with [`CancelStack::timeout`] or [`CancelStack::timeouts`]),
+/// then [`CascadeLayer`].
+///
+/// The service it builds, [`Stacked`], answers reply for reply as those four layers stacked by hand would, with one
+/// future per request where they nest four: the error map's work is done by the cancel layer's future as the
+/// request settles.
 ///
 /// It is a [`Layer`], so it goes into a [`tower::ServiceBuilder`] next to tower's own layers. Put layers that
 /// apply backpressure (`ConcurrencyLimit`, `RateLimit`) *below* it, so that cancels still reach queued requests.
@@ -40,8 +48,8 @@ use crate::{
 /// ```
 #[derive(Clone, Debug)]
 pub struct CancelStack<D> {
+    // The error map takes the cancel layer's dialect: one dialect for the stack, given once.
     cancel: CancelLayer<D>,
-    error_map: ErrorMapLayer<D>,
     timeout: TimeoutLayer,
 }
 
@@ -92,8 +100,7 @@ impl<D: Dialect + Clone> CancelStack<D> {
     /// The stack for any dialect.
     pub fn new(dialect: D) -> Self {
         Self {
-            cancel: CancelLayer::new(dialect.clone()),
-            error_map: ErrorMapLayer::new(dialect),
+            cancel: CancelLayer::new(dialect),
             timeout: TimeoutLayer::none(),
         }
     }
@@ -151,11 +158,10 @@ impl<D> CancelStack<D> {
 }
 
 impl<S, D: Dialect + Clone> Layer<S> for CancelStack<D> {
-    type Service = ErrorMap<Cancel<Timeout<Cascade<S>>, D>, D>;
+    type Service = Stacked<S, D>;
 
     fn layer(&self, inner: S) -> Self::Service {
         let cascade = CascadeLayer::new().layer(inner);
-        self.error_map
-            .layer(self.cancel.layer(self.timeout.layer(cascade)))
+        Stacked::new(self.cancel.layer(self.timeout.layer(cascade)))
     }
 }
