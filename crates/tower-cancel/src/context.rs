@@ -7,7 +7,7 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
 use crate::{
     dialect::Dialect,
-    lifecycle::{Deadline, Lifecycle},
+    lifecycle::{Deadline, SharedLifecycle},
     message::Id,
     reason::CancelReason,
 };
@@ -32,7 +32,7 @@ use crate::{
 /// ```
 #[derive(Clone)]
 pub struct RequestContext {
-    lifecycle: Arc<Lifecycle>,
+    lifecycle: SharedLifecycle,
     // The cancel layer's dialect, for the request's progress reports, only where the request's connection cannot
     // name it: its scope speaks no dialect of its own. Otherwise the scope's dialect is the one, read through the
     // connection each report needs anyway (`progress::format_of`), so that a request does not pay a shared
@@ -41,7 +41,7 @@ pub struct RequestContext {
 }
 
 impl RequestContext {
-    pub(crate) fn new(lifecycle: Arc<Lifecycle>, progress: Option<Arc<dyn Dialect>>) -> Self {
+    pub(crate) fn new(lifecycle: SharedLifecycle, progress: Option<Arc<dyn Dialect>>) -> Self {
         Self {
             lifecycle,
             progress,
@@ -135,7 +135,7 @@ impl RequestContext {
         }
     }
 
-    pub(crate) fn lifecycle(&self) -> &Arc<Lifecycle> {
+    pub(crate) fn lifecycle(&self) -> &SharedLifecycle {
         &self.lifecycle
     }
 

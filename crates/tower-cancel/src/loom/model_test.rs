@@ -37,7 +37,7 @@ use tower::{service_fn, Layer, Service};
 use crate::{
     cancel::Cancel,
     dialect::Lsp,
-    lifecycle::Lifecycle,
+    lifecycle::{Lifecycle, SharedLifecycle},
     reason::CancelReason,
     registry::{CancelAck, CancelOutcome, Registry},
     BoxError, CancelLayer, Cancelled, Id, Outbox, Peer, PeerError, Request, RequestContext,
@@ -426,7 +426,7 @@ fn loom_the_token_fires_whenever_it_is_made() {
     // The fence pair of `Lifecycle::token` and `Lifecycle::cancel`: a token made while a cancel is under way is
     // fired by one of the two. Without both fences loom finds the interleaving where neither does.
     explore("a token made during a cancel", || {
-        let lifecycle = Arc::new(Lifecycle::new(Id::from(ID), 1));
+        let lifecycle = SharedLifecycle::new(Lifecycle::new(Id::from(ID), 1));
         let handler = thread::spawn({
             let lifecycle = lifecycle.clone();
             move || lifecycle.token().clone()
@@ -445,7 +445,7 @@ fn loom_the_token_fires_whenever_it_is_made() {
 #[test]
 fn loom_a_completion_and_a_cancel_never_both_win() {
     explore("a completion against a cancel, at the lifecycle", || {
-        let lifecycle = Arc::new(Lifecycle::new(Id::from(ID), 1));
+        let lifecycle = SharedLifecycle::new(Lifecycle::new(Id::from(ID), 1));
         let canceller = thread::spawn({
             let lifecycle = lifecycle.clone();
             move || lifecycle.cancel(CancelReason::Disconnect)
@@ -507,8 +507,9 @@ fn loom_a_close_in_turns_against_another_connections_requests_growing_the_table(
         "a close in turns against another connection's requests growing the table",
         || {
             let registry = Registry::new();
-            let entry = |id: i64, conn: u64| Arc::new(Lifecycle::new(Id::from(id), conn));
-            let register = |registry: &Registry, lifecycle: &Arc<Lifecycle>| {
+            let entry =
+                |id: i64, conn: u64| SharedLifecycle::new(Lifecycle::new(Id::from(id), conn));
+            let register = |registry: &Registry, lifecycle: &SharedLifecycle| {
                 registry
                     .insert(lifecycle, &std::sync::OnceLock::new())
                     .unwrap();

@@ -97,7 +97,7 @@ use self::{
 use crate::{
     context::RequestContext,
     dialect::{Dialect, Recognized},
-    lifecycle::Lifecycle,
+    lifecycle::SharedLifecycle,
     message::{Id, Response, WireRequest},
     outbox::Outbox,
     progress_update::ProgressUpdate,
@@ -212,7 +212,7 @@ impl Peer {
 
     /// A handle whose calls are children of the request of `lifecycle` (what [`child_of`](Self::child_of) does
     /// with the request's token, without making the token until a call needs it).
-    pub(crate) fn child_of_request(&self, lifecycle: Arc<Lifecycle>) -> Self {
+    pub(crate) fn child_of_request(&self, lifecycle: SharedLifecycle) -> Self {
         self.child(Parent::Request(lifecycle))
     }
 

@@ -1,12 +1,10 @@
 //! The request a child [`Peer`](super::Peer) handle's calls belong to.
 
-use std::sync::Arc;
-
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    lifecycle::{Deadline, Lifecycle, DEADLINE_FIELD},
+    lifecycle::{Deadline, SharedLifecycle, DEADLINE_FIELD},
     reason::CancelReason,
 };
 
@@ -18,7 +16,7 @@ pub(crate) enum Parent {
     /// A request's lifecycle ([`CascadeLayer`](crate::CascadeLayer)): its token is made only when a call is sent
     /// through the handle. The cascade layer gives every request of a connection with a peer such a handle, and
     /// most never call the peer: asking for the token up front would cost each of them one.
-    Request(Arc<Lifecycle>),
+    Request(SharedLifecycle),
 }
 
 impl Parent {

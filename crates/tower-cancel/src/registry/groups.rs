@@ -16,7 +16,7 @@ use std::sync::Arc;
 use hashbrown::HashTable;
 
 use super::{hasher::IdHasher, WHOLE_SCOPE};
-use crate::{lifecycle::Lifecycle, message::Id};
+use crate::{lifecycle::SharedLifecycle, message::Id};
 
 pub(super) struct Groups {
     // One entry per (connection, key): the group's key is the peer's (a session id), so it is hashed with the
@@ -29,7 +29,7 @@ struct Group {
     conn: u64,
     // Shared with each member's lifecycle (`Lifecycle::record_group`).
     key: Arc<Id>,
-    members: Vec<Arc<Lifecycle>>,
+    members: Vec<SharedLifecycle>,
 }
 
 impl Groups {
@@ -47,7 +47,12 @@ impl Groups {
 
     /// Put `lifecycle` in the group `key` of its connection, as the group of its admission (`at_admission`) or
     /// one it is bound to later. Returns `false` if it was in it already.
-    pub(super) fn join(&mut self, lifecycle: &Arc<Lifecycle>, key: Id, at_admission: bool) -> bool {
+    pub(super) fn join(
+        &mut self,
+        lifecycle: &SharedLifecycle,
+        key: Id,
+        at_admission: bool,
+    ) -> bool {
         if lifecycle.in_group(&key) {
             return false;
         }
@@ -81,7 +86,7 @@ impl Groups {
     }
 
     /// Take `lifecycle` out of every group it is in; a group left empty goes.
-    pub(super) fn leave(&mut self, lifecycle: &Arc<Lifecycle>) {
+    pub(super) fn leave(&mut self, lifecycle: &SharedLifecycle) {
         let conn = lifecycle.conn();
         let (groups, hasher) = (&mut self.groups, &self.hasher);
         lifecycle.leave_groups(|key| {
@@ -92,7 +97,7 @@ impl Groups {
                 return;
             };
             let members = &mut entry.get_mut().members;
-            members.retain(|member| !Arc::ptr_eq(member, lifecycle));
+            members.retain(|member| !SharedLifecycle::ptr_eq(member, lifecycle));
             if members.is_empty() {
                 entry.remove();
             }
@@ -100,7 +105,7 @@ impl Groups {
     }
 
     /// The members of group `key` of connection `conn` (of every connection, for [`WHOLE_SCOPE`]).
-    pub(super) fn members(&self, conn: u64, key: &Id) -> Vec<Arc<Lifecycle>> {
+    pub(super) fn members(&self, conn: u64, key: &Id) -> Vec<SharedLifecycle> {
         self.groups
             .iter_hash(self.hasher.hash(key))
             .filter(|group| (conn == WHOLE_SCOPE || group.conn == conn) && *group.key == *key)
@@ -112,9 +117,10 @@ impl Groups {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lifecycle::Lifecycle;
 
-    fn entry(id: impl Into<Id>, conn: u64) -> Arc<Lifecycle> {
-        Arc::new(Lifecycle::new(id.into(), conn))
+    fn entry(id: impl Into<Id>, conn: u64) -> SharedLifecycle {
+        SharedLifecycle::new(Lifecycle::new(id.into(), conn))
     }
 
     #[test]

@@ -6,15 +6,13 @@
 //! two entries of the same hash, told apart by their connection. A lookup by id visits the entries of that hash
 //! only, so it stays O(1) whatever the number of requests in flight.
 
-use std::sync::Arc;
-
 use hashbrown::{hash_table::Entry, HashTable};
 
 use super::{hasher::IdHasher, DuplicateId, WHOLE_SCOPE};
-use crate::{lifecycle::Lifecycle, message::Id};
+use crate::{lifecycle::SharedLifecycle, message::Id};
 
 pub(super) struct InFlight {
-    entries: HashTable<Arc<Lifecycle>>,
+    entries: HashTable<SharedLifecycle>,
     hasher: IdHasher,
     // Every insert tried so far (a duplicate's too): what tells a close's pass whether the table may have moved
     // its entries meanwhile (`sweep.rs`).
@@ -36,7 +34,7 @@ impl InFlight {
 
     /// Add `lifecycle`, unless its connection already has a request of its id in flight. One probe of the table
     /// finds a duplicate or the slot the request goes in.
-    pub(super) fn insert(&mut self, lifecycle: &Arc<Lifecycle>) -> Result<(), DuplicateId> {
+    pub(super) fn insert(&mut self, lifecycle: &SharedLifecycle) -> Result<(), DuplicateId> {
         let (id, conn) = (lifecycle.id(), lifecycle.conn());
         let hasher = &self.hasher;
         // Counted before the probe: it makes room first, so even an insert refused as a duplicate may move entries.
@@ -55,11 +53,11 @@ impl InFlight {
     }
 
     /// Take `lifecycle` out (this very request, not another of its id). Returns whether it was in.
-    pub(super) fn remove(&mut self, lifecycle: &Arc<Lifecycle>) -> bool {
+    pub(super) fn remove(&mut self, lifecycle: &SharedLifecycle) -> bool {
         let hash = self.hasher.hash_id(lifecycle.id());
         match self
             .entries
-            .find_entry(hash, |entry| Arc::ptr_eq(entry, lifecycle))
+            .find_entry(hash, |entry| SharedLifecycle::ptr_eq(entry, lifecycle))
         {
             Ok(entry) => {
                 entry.remove();
@@ -74,7 +72,7 @@ impl InFlight {
         &'a self,
         conn: u64,
         id: &'a Id,
-    ) -> impl Iterator<Item = &'a Arc<Lifecycle>> + 'a {
+    ) -> impl Iterator<Item = &'a SharedLifecycle> + 'a {
         self.entries
             .iter_hash(self.hasher.hash_id(id))
             .filter(move |entry| (conn == WHOLE_SCOPE || entry.conn() == conn) && entry.id() == id)
@@ -86,7 +84,7 @@ impl InFlight {
     }
 
     /// Every request in flight.
-    pub(super) fn iter(&self) -> impl Iterator<Item = &Arc<Lifecycle>> {
+    pub(super) fn iter(&self) -> impl Iterator<Item = &SharedLifecycle> {
         self.entries.iter()
     }
 
@@ -99,7 +97,7 @@ impl InFlight {
     }
 
     /// The request at position `bucket`, if one is there.
-    pub(super) fn at(&self, bucket: usize) -> Option<&Arc<Lifecycle>> {
+    pub(super) fn at(&self, bucket: usize) -> Option<&SharedLifecycle> {
         self.entries.get_bucket(bucket)
     }
 
@@ -118,9 +116,10 @@ impl InFlight {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lifecycle::Lifecycle;
 
-    fn entry(id: impl Into<Id>, conn: u64) -> Arc<Lifecycle> {
-        Arc::new(Lifecycle::new(id.into(), conn))
+    fn entry(id: impl Into<Id>, conn: u64) -> SharedLifecycle {
+        SharedLifecycle::new(Lifecycle::new(id.into(), conn))
     }
 
     #[test]
@@ -134,7 +133,7 @@ mod tests {
         assert_eq!(table.matching(WHOLE_SCOPE, &"x".into()).count(), 2);
         let x = Id::from("x");
         let on_two: Vec<_> = table.matching(2, &x).collect();
-        assert!(on_two.len() == 1 && Arc::ptr_eq(on_two[0], &b));
+        assert!(on_two.len() == 1 && SharedLifecycle::ptr_eq(on_two[0], &b));
         assert!(
             !table.remove(&entry("x", 1)),
             "another request of the same id"

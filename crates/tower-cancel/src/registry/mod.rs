@@ -54,7 +54,7 @@ use std::{
 // for reporting only, so they stay std's.
 pub use crate::outcome::{CancelAck, CancelOutcome};
 use crate::{
-    lifecycle::Lifecycle,
+    lifecycle::{Lifecycle, SharedLifecycle},
     loom::{Mutex, MutexGuard},
     message::Id,
     metrics,
@@ -382,7 +382,7 @@ impl Registry {
 
     /// The requests in flight that `which` picks, taken out from under the lock: cancelling one wakes its task and
     /// may settle it, which takes the lock again to remove it.
-    fn targets(&self, which: impl Fn(&Lifecycle) -> bool) -> Vec<Arc<Lifecycle>> {
+    fn targets(&self, which: impl Fn(&Lifecycle) -> bool) -> Vec<SharedLifecycle> {
         self.lock()
             .in_flight
             .iter()
@@ -467,7 +467,7 @@ impl Registry {
     #[cfg(test)]
     pub(crate) fn insert(
         &self,
-        lifecycle: &Arc<Lifecycle>,
+        lifecycle: &SharedLifecycle,
         refusing: &OnceLock<CancelReason>,
     ) -> Result<(), DuplicateId> {
         self.insert_grouped(lifecycle, refusing, None, None)
@@ -479,7 +479,7 @@ impl Registry {
     /// is given the same count.
     pub(crate) fn insert_grouped(
         &self,
-        lifecycle: &Arc<Lifecycle>,
+        lifecycle: &SharedLifecycle,
         refusing: &OnceLock<CancelReason>,
         group: Option<Id>,
         count: Option<&AtomicUsize>,
@@ -520,12 +520,12 @@ impl Registry {
     /// several): a later [`cancel_group`](Self::cancel_group) of that key cancels it. Does nothing if the request
     /// already left the registry.
     // Used by the LSP progress binding (a handler's `window/workDoneProgress/create`).
-    pub(crate) fn bind_group(&self, lifecycle: &Arc<Lifecycle>, key: Id) {
+    pub(crate) fn bind_group(&self, lifecycle: &SharedLifecycle, key: Id) {
         let mut tables = self.lock();
         let registered = tables
             .in_flight
             .matching(lifecycle.conn(), lifecycle.id())
-            .any(|entry| Arc::ptr_eq(entry, lifecycle));
+            .any(|entry| SharedLifecycle::ptr_eq(entry, lifecycle));
         if registered {
             tables.join_group(lifecycle, key, false);
         }
@@ -556,13 +556,13 @@ impl Registry {
 
     /// Take a request out of the table and count its outcome.
     #[cfg(test)]
-    pub(crate) fn remove(&self, lifecycle: &Arc<Lifecycle>) {
+    pub(crate) fn remove(&self, lifecycle: &SharedLifecycle) {
         self.remove_counted(lifecycle, None);
     }
 
     /// As [`remove`](Self::remove), for a request that counts in `count` (given to its
     /// [`insert_grouped`](Self::insert_grouped)).
-    pub(crate) fn remove_counted(&self, lifecycle: &Arc<Lifecycle>, count: Option<&AtomicUsize>) {
+    pub(crate) fn remove_counted(&self, lifecycle: &SharedLifecycle, count: Option<&AtomicUsize>) {
         let mut tables = self.lock();
         let removed = tables.in_flight.remove(lifecycle);
         if lifecycle.is_grouped() {
@@ -608,7 +608,7 @@ fn count_in(count: &AtomicUsize, by: isize) {
 }
 
 impl Tables {
-    fn join_group(&mut self, lifecycle: &Arc<Lifecycle>, key: Id, at_admission: bool) {
+    fn join_group(&mut self, lifecycle: &SharedLifecycle, key: Id, at_admission: bool) {
         self.groups
             .get_or_insert_with(Groups::new)
             .join(lifecycle, key, at_admission);
@@ -628,11 +628,11 @@ impl fmt::Debug for Registry {
 mod tests {
     use super::*;
 
-    fn entry(id: impl Into<Id>, conn: u64) -> Arc<Lifecycle> {
-        Arc::new(Lifecycle::new(id.into(), conn))
+    fn entry(id: impl Into<Id>, conn: u64) -> SharedLifecycle {
+        SharedLifecycle::new(Lifecycle::new(id.into(), conn))
     }
 
-    fn insert(registry: &Registry, lifecycle: &Arc<Lifecycle>) {
+    fn insert(registry: &Registry, lifecycle: &SharedLifecycle) {
         registry.insert(lifecycle, &OnceLock::new()).unwrap();
     }
 
@@ -891,7 +891,7 @@ mod tests {
     #[test]
     fn requests_that_cannot_be_cancelled_hold_their_id_but_are_not_counted() {
         let registry = Registry::new();
-        let init = Arc::new(Lifecycle::uncancellable(0.into(), 1));
+        let init = SharedLifecycle::new(Lifecycle::uncancellable(0.into(), 1));
         insert(&registry, &init);
         assert_eq!(
             registry.insert(&entry(0, 1), &OnceLock::new()).unwrap_err(),
@@ -910,7 +910,7 @@ mod tests {
         );
     }
 
-    fn insert_in(registry: &Registry, lifecycle: &Arc<Lifecycle>, group: &str) {
+    fn insert_in(registry: &Registry, lifecycle: &SharedLifecycle, group: &str) {
         registry
             .insert_grouped(lifecycle, &OnceLock::new(), Some(Id::from(group)), None)
             .unwrap();

@@ -16,10 +16,8 @@
 //! whose other connections insert without pause cannot keep a close from ending, a pass that had to start over
 //! [`MAX_RESTARTS`] times takes the rest of the table in one chunk.
 
-use std::sync::Arc;
-
 use super::in_flight::InFlight;
-use crate::lifecycle::Lifecycle;
+use crate::lifecycle::{Lifecycle, SharedLifecycle};
 
 /// How many buckets one chunk visits at most: a few hundred microseconds of cache misses, however sparse the
 /// closing connection's requests are in the table. Small in tests, so that they cover the resumed pass.
@@ -68,7 +66,7 @@ impl Sweep {
         table: &InFlight,
         which: impl Fn(&Lifecycle) -> bool,
         want: usize,
-        picked: &mut Vec<Arc<Lifecycle>>,
+        picked: &mut Vec<SharedLifecycle>,
     ) -> bool {
         if let Some(last) = self.last {
             let moved = table.buckets() != last.buckets
@@ -104,8 +102,8 @@ mod tests {
     use super::*;
     use crate::message::Id;
 
-    fn entry(id: i64, conn: u64) -> Arc<Lifecycle> {
-        Arc::new(Lifecycle::new(Id::from(id), conn))
+    fn entry(id: i64, conn: u64) -> SharedLifecycle {
+        SharedLifecycle::new(Lifecycle::new(Id::from(id), conn))
     }
 
     /// Run a pass for connection 1 to its end, calling `between` after every chunk (what other connections do

@@ -8,7 +8,7 @@ use std::{
 
 use super::Scope;
 use crate::{
-    lifecycle::Lifecycle,
+    lifecycle::{Lifecycle, SharedLifecycle},
     message::Id,
     outbox::Outbox,
     outcome::{CancelAck, CancelOutcome},
@@ -213,7 +213,7 @@ impl Connection {
     /// connection if it has one.
     pub(crate) fn register(
         &self,
-        lifecycle: Arc<Lifecycle>,
+        lifecycle: SharedLifecycle,
         group: Option<Id>,
     ) -> Result<Registration, DuplicateId> {
         self.registry().insert_grouped(
@@ -242,7 +242,7 @@ impl fmt::Debug for Connection {
 /// Keeps a request in its registry; dropping it removes the entry and counts the outcome.
 pub(crate) struct Registration {
     connection: Connection,
-    lifecycle: Arc<Lifecycle>,
+    lifecycle: SharedLifecycle,
 }
 
 impl Registration {

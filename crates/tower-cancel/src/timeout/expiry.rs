@@ -33,7 +33,7 @@ use std::{
 use futures_util::future;
 use tokio::{sync::Notify, time::Instant};
 
-use crate::{lifecycle::Lifecycle, reason::CancelReason};
+use crate::{lifecycle::SharedLifecycle, reason::CancelReason};
 
 /// At most this many queues per layer: enough for the workers of most runtimes; beyond it, workers share.
 pub(crate) const MAX_QUEUES: usize = 8;
@@ -82,7 +82,7 @@ impl Expiry {
     }
 
     #[cfg(test)]
-    pub(crate) fn watch(&self, lifecycle: &Arc<Lifecycle>, at: Instant) -> Option<Registration> {
+    pub(crate) fn watch(&self, lifecycle: &SharedLifecycle, at: Instant) -> Option<Registration> {
         self.deadline(at).place(lifecycle)
     }
 
@@ -137,7 +137,7 @@ impl Unplaced {
     /// Cancel `lifecycle` with reason `Timeout` once the deadline (or a later one, if it was pushed back by then)
     /// has passed, unless the returned registration is dropped first. `None` outside a tokio runtime: there is no
     /// task to watch it there.
-    pub(crate) fn place(self, lifecycle: &Arc<Lifecycle>) -> Option<Registration> {
+    pub(crate) fn place(self, lifecycle: &SharedLifecycle) -> Option<Registration> {
         self.queue.push(lifecycle, self.at)
     }
 
@@ -214,7 +214,7 @@ struct Slot {
     // Bumped each time the slot is freed: an entry of an earlier generation names a request that has ended.
     generation: u32,
     // `None` while the slot is free, and once its request's deadline has passed (its registration frees it).
-    lifecycle: Option<Arc<Lifecycle>>,
+    lifecycle: Option<SharedLifecycle>,
 }
 
 impl Queue {
@@ -232,7 +232,7 @@ impl Queue {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    fn push(self: Arc<Self>, lifecycle: &Arc<Lifecycle>, at: Instant) -> Option<Registration> {
+    fn push(self: Arc<Self>, lifecycle: &SharedLifecycle, at: Instant) -> Option<Registration> {
         let mut state = self.lock();
         let (slot, generation) = state.occupy(lifecycle.clone());
         state.heap.push(Reverse(Entry {
@@ -267,7 +267,7 @@ impl Queue {
 }
 
 impl State {
-    fn occupy(&mut self, lifecycle: Arc<Lifecycle>) -> (u32, u32) {
+    fn occupy(&mut self, lifecycle: SharedLifecycle) -> (u32, u32) {
         self.live += 1;
         let slot = match self.free.pop() {
             Some(slot) => slot,
@@ -314,7 +314,7 @@ impl State {
 
     /// Take the requests whose deadline has passed at `now`, at most [`TURN`] of them (putting back those whose
     /// deadline moved later), and say when to look again: `now` if some are left for another turn.
-    fn due(&mut self, now: Instant, due: &mut Vec<Arc<Lifecycle>>) -> Option<Instant> {
+    fn due(&mut self, now: Instant, due: &mut Vec<SharedLifecycle>) -> Option<Instant> {
         self.woken = false;
         // The latest deadline of the ended requests skipped here: see below.
         let mut skipped = None;

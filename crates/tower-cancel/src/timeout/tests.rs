@@ -1,7 +1,7 @@
 //! The timeout layer's service on its own, with a context as a cancel layer above would give it: what goes on the
 //! layer's queue of deadlines, and when.
 
-use std::{future::Future, sync::Arc, task::Poll, time::Duration};
+use std::{future::Future, task::Poll, time::Duration};
 
 use futures_util::{future::BoxFuture, FutureExt};
 use tokio::time::advance;
@@ -9,12 +9,16 @@ use tower::{service_fn, Layer, Service};
 
 use super::TimeoutLayer;
 use crate::{
-    context::RequestContext, lifecycle::Lifecycle, message::Id, outcome::BoxError,
-    reason::CancelReason, request::Request,
+    context::RequestContext,
+    lifecycle::{Lifecycle, SharedLifecycle},
+    message::Id,
+    outcome::BoxError,
+    reason::CancelReason,
+    request::Request,
 };
 
-fn request_with_context(id: i64, method: &str) -> (Request, Arc<Lifecycle>) {
-    let lifecycle = Arc::new(Lifecycle::new(Id::from(id), 1));
+fn request_with_context(id: i64, method: &str) -> (Request, SharedLifecycle) {
+    let lifecycle = SharedLifecycle::new(Lifecycle::new(Id::from(id), 1));
     let mut request = Request::new(id, method, ());
     request.set_context(RequestContext::new(lifecycle.clone(), None));
     (request, lifecycle)

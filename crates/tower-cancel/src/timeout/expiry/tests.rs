@@ -1,23 +1,23 @@
-use std::{sync::Arc, time::Duration};
+use std::time::Duration;
 
 use tokio::time::{advance, Instant};
 
 use super::{Expiry, Registration, SLACK};
 use crate::{
-    lifecycle::{Deadline, Lifecycle},
+    lifecycle::{Deadline, Lifecycle, SharedLifecycle},
     message::Id,
     reason::CancelReason,
     timeout::tests::settle,
 };
 
-fn request(id: i64, now: Instant, timeout: Duration) -> Arc<Lifecycle> {
-    let lifecycle = Arc::new(Lifecycle::new(Id::from(id), 1));
+fn request(id: i64, now: Instant, timeout: Duration) -> SharedLifecycle {
+    let lifecycle = SharedLifecycle::new(Lifecycle::new(Id::from(id), 1));
     assert!(lifecycle.set_deadline(Deadline::fixed(now, timeout)));
     lifecycle
 }
 
 /// A request with a fixed deadline `timeout` from now, on `expiry`'s queue.
-fn watched(expiry: &Expiry, id: i64, timeout: Duration) -> (Arc<Lifecycle>, Registration) {
+fn watched(expiry: &Expiry, id: i64, timeout: Duration) -> (SharedLifecycle, Registration) {
     let now = Instant::now();
     let lifecycle = request(id, now, timeout);
     let registration = expiry.watch(&lifecycle, now + timeout).unwrap();
@@ -51,7 +51,7 @@ async fn requests_that_end_first_leave_nothing_watched_and_the_heap_stays_bounde
         let (lifecycle, watched) = watched(&expiry, id, Duration::from_secs(30));
         drop(watched);
         assert_eq!(
-            Arc::strong_count(&lifecycle),
+            SharedLifecycle::count(&lifecycle),
             1,
             "the queue let go of an ended request"
         );
@@ -73,7 +73,7 @@ async fn requests_that_end_first_leave_nothing_watched_and_the_heap_stays_bounde
 async fn an_idle_deadline_pushed_back_is_watched_until_its_new_end() {
     let expiry = Expiry::default();
     let start = Instant::now();
-    let lifecycle = Arc::new(Lifecycle::new(Id::from(1), 1));
+    let lifecycle = SharedLifecycle::new(Lifecycle::new(Id::from(1), 1));
     let idle = Deadline::idle(start, Duration::from_secs(10), Duration::from_secs(60));
     assert!(lifecycle.set_deadline(idle));
     let _watched = expiry
