@@ -1,5 +1,10 @@
-//! The presets' service (`Stacked`: the four layers in one, one future per request) answers reply for reply as
-//! the four layers stacked by hand: every outcome, rendered in the dialect of the request's scope.
+//! The presets' service (`Stacked`: the four layers in one, without the error map's future) answers reply for
+//! reply as the four layers stacked by hand: an answer, a handler's error, a panic in the handler's future and in
+//! its service's `call`, a duplicate id, a cancel consumed and the cancelled request's reply, a timeout, a
+//! notification, a request without a connection; rendered in the dialect of the request's scope. (Announced ends,
+//! `initialize`, cooperative grace and group results go through the presets in the suites of their features.)
+
+use std::{future::Future, time::Duration};
 
 use serde_json::{json, Value};
 use tower::{service_fn, Layer, Service, ServiceBuilder, ServiceExt};
@@ -18,6 +23,12 @@ async fn handler(req: Request) -> Result<Value, BoxError> {
         "hang" => std::future::pending().await,
         _ => Ok(Value::Null),
     }
+}
+
+/// The handler, behind a service whose `call` itself panics for `panic_in_call`.
+fn service(req: Request) -> impl Future<Output = Result<Value, BoxError>> {
+    assert!(req.method() != "panic_in_call", "the service gave up");
+    handler(req)
 }
 
 fn receive(connection: &Connection, message: Value) -> Request {
@@ -44,7 +55,7 @@ where
 {
     let connection = Scope::with_dialect(Lsp).connect(Outbox::closed());
     let mut read = Vec::new();
-    for (id, method) in [(1, "ok"), (2, "fail"), (3, "panic")] {
+    for (id, method) in [(1, "ok"), (2, "fail"), (3, "panic"), (5, "panic_in_call")] {
         let request = receive(
             &connection,
             json!({"jsonrpc": "2.0", "id": id, "method": method}),
@@ -72,20 +83,34 @@ where
         &connection,
         json!({"jsonrpc": "2.0", "method": "ok", "params": {}}),
     );
-    read.push(wire(service.oneshot(notification).await.unwrap()));
+    read.push(wire(service.clone().oneshot(notification).await.unwrap()));
+    // Nothing cancels it: the stack's timeout does (the runtime's clock, paused, jumps to its deadline).
+    let timed_out = receive(
+        &connection,
+        json!({"jsonrpc": "2.0", "id": 6, "method": "hang"}),
+    );
+    read.push(wire(service.clone().oneshot(timed_out).await.unwrap()));
+    // Without a connection: the layer's own scope, which speaks no dialect.
+    let alone = Request::new(7, "ok", ());
+    read.push(wire(service.clone().oneshot(alone).await.unwrap()));
+    let alone = Request::new(8, "hang", ());
+    read.push(wire(service.oneshot(alone).await.unwrap()));
     (read, connection.registry().is_empty())
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn the_preset_answers_as_the_four_layers_stacked_by_hand() {
     // Built for MCP, on a scope that speaks LSP: the scope's dialect renders every reply.
-    let preset = CancelStack::mcp().layer(service_fn(handler));
+    let timeout = Duration::from_secs(30);
+    let preset = CancelStack::mcp()
+        .timeout(timeout)
+        .layer(service_fn(service));
     let by_hand = ServiceBuilder::new()
         .layer(ErrorMapLayer::new(Mcp))
         .layer(CancelLayer::new(Mcp))
-        .layer(TimeoutLayer::none())
+        .layer(TimeoutLayer::new(timeout))
         .layer(CascadeLayer::new())
-        .service(service_fn(handler));
+        .service(service_fn(service));
 
     let (preset_read, preset_left_empty) = replies(preset).await;
     let (by_hand_read, by_hand_left_empty) = replies(by_hand).await;
@@ -99,6 +124,9 @@ async fn the_preset_answers_as_the_four_layers_stacked_by_hand() {
             json!({"jsonrpc": "2.0", "id": 3, "error": {"code": -32603, "message": "Internal error: handler panicked"}}),
         ),
         Some(
+            json!({"jsonrpc": "2.0", "id": 5, "error": {"code": -32603, "message": "Internal error: handler panicked"}}),
+        ),
+        Some(
             json!({"jsonrpc": "2.0", "id": 4, "error": {"code": -32600, "message": "Invalid Request: request id 4 is already in flight"}}),
         ),
         // The cancel, a notification: consumed, never answered.
@@ -108,6 +136,15 @@ async fn the_preset_answers_as_the_four_layers_stacked_by_hand() {
             json!({"jsonrpc": "2.0", "id": 4, "error": {"code": -32800, "message": "Request cancelled"}}),
         ),
         None,
+        // Timed out: LSP's cancelled reply.
+        Some(
+            json!({"jsonrpc": "2.0", "id": 6, "error": {"code": -32800, "message": "Request cancelled"}}),
+        ),
+        Some(json!({"jsonrpc": "2.0", "id": 7, "result": {"answered": "7"}})),
+        // Timed out without a connection: in the stack's own dialect, MCP's error for a request this side timed out.
+        Some(
+            json!({"jsonrpc": "2.0", "id": 8, "error": {"code": -32001, "message": "Request timed out"}}),
+        ),
     ];
     assert_eq!(preset_read, expected);
     assert_eq!(by_hand_read, expected);

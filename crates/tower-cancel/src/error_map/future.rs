@@ -23,6 +23,10 @@ pin_project! {
         #[pin]
         state: State<F>,
         subject: Subject,
+        // The request's connection, where its scope speaks a dialect: that one renders the reply (else the
+        // layer's). The connection rather than the dialect's shared handle: the same clone, but one word where the
+        // handle takes two, in a future held for every request in flight.
+        spoken: Option<Connection>,
         dialect: D,
     }
 }
@@ -39,15 +43,12 @@ pin_project! {
 /// What a reply is about, kept while the request runs: only what rendering it needs. One value rather than an
 /// id and a method side by side, so that a request held for long keeps the room of one of them.
 pub(crate) enum Subject {
-    /// A request: its reply names `id`. `spoken` is its connection, where its scope speaks a dialect: that one
-    /// renders the reply (else the layer's). The connection rather than the dialect's shared handle: the same clone,
-    /// but one word where the handle takes two, in a future held for every request in flight.
+    /// A request: its reply names `id`.
     Request {
         id: Id,
         server_cancellable: bool,
         // Whether a group cancel is answered with a result (`Dialect::answers_group_cancel`).
         answers_group: bool,
-        spoken: Option<Connection>,
     },
     /// A notification: never answered; its method is kept to log a failure.
     Notification { method: String },
@@ -62,19 +63,11 @@ impl fmt::Debug for Subject {
                 id,
                 server_cancellable,
                 answers_group,
-                spoken,
             } => f
                 .debug_struct("Request")
                 .field("id", id)
                 .field("server_cancellable", server_cancellable)
                 .field("answers_group", answers_group)
-                .field(
-                    "spoken",
-                    &spoken
-                        .as_ref()
-                        .and_then(|connection| connection.scope().dialect())
-                        .map(|dialect| dialect.name()),
-                )
                 .finish(),
             Subject::Notification { method } => f
                 .debug_struct("Notification")
@@ -86,18 +79,25 @@ impl fmt::Debug for Subject {
 }
 
 impl<F: Future, D> ResponseFuture<F, D> {
-    pub(crate) fn new(inner: F, subject: Subject, dialect: D) -> Self {
+    pub(crate) fn new(inner: F, subject: Subject, spoken: Option<Connection>, dialect: D) -> Self {
         Self {
             state: State::Running { inner },
             subject,
+            spoken,
             dialect,
         }
     }
 
-    pub(crate) fn failed(error: BoxError, subject: Subject, dialect: D) -> Self {
+    pub(crate) fn failed(
+        error: BoxError,
+        subject: Subject,
+        spoken: Option<Connection>,
+        dialect: D,
+    ) -> Self {
         Self {
             state: State::Failed { error: Some(error) },
             subject,
+            spoken,
             dialect,
         }
     }
@@ -107,6 +107,14 @@ impl<F, D> fmt::Debug for ResponseFuture<F, D> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ResponseFuture")
             .field("subject", &self.subject)
+            .field(
+                "spoken",
+                &self
+                    .spoken
+                    .as_ref()
+                    .and_then(|connection| connection.scope().dialect())
+                    .map(|dialect| dialect.name()),
+            )
             .finish()
     }
 }
@@ -128,45 +136,53 @@ where
             }
             StateProj::Failed { error } => Err(error.take().expect("polled after completion")),
         };
-        Poll::Ready(Ok(this.subject.answer(outcome, None, this.dialect)))
+        let spoken = this.spoken.as_ref().and_then(|c| c.scope().dialect());
+        Poll::Ready(Ok(this.subject.answer(
+            outcome,
+            spoken.map(|dialect| &**dialect),
+            this.dialect,
+        )))
     }
 }
 
 impl Subject {
-    /// What the reply to `req` is about. Its flags come from the dialect of the request's scope, where it speaks
-    /// one (the dialect the cancel layer below read the request in), else from `own`, the layer's. With
-    /// `keep_connection`, a request keeps its connection to find that dialect again when its reply is rendered;
-    /// without, [`answer`](Self::answer) is handed it.
-    pub(crate) fn of<D: Dialect>(req: &Request, own: &D, keep_connection: bool) -> Self {
+    /// What the reply to `req` is about, and the request's connection where its scope speaks a dialect (the
+    /// dialect the cancel layer below read the request in): the flags come from that dialect, else from `own`,
+    /// the layer's. The error map keeps a clone of that connection to render the reply in its scope's dialect; the
+    /// presets' future is handed the dialect as the request settles.
+    pub(crate) fn of<'r, D: Dialect>(req: &'r Request, own: &D) -> (Self, Option<&'r Connection>) {
         let Some(id) = req.id() else {
             // The method is only kept for notifications, whose failures are logged (requests' failures are
             // answered).
-            return Subject::Notification {
-                method: req.method().to_owned(),
-            };
+            let method = req.method().to_owned();
+            return (Subject::Notification { method }, None);
         };
         match req
             .connection()
             .and_then(|c| Some((c, c.scope().dialect()?)))
         {
-            Some((connection, dialect)) => Subject::Request {
-                id: id.clone(),
-                server_cancellable: dialect.is_server_cancellable(req.method()),
-                answers_group: dialect.answers_group_cancel(req.method()),
-                spoken: keep_connection.then(|| connection.clone()),
-            },
-            None => Subject::Request {
-                id: id.clone(),
-                server_cancellable: own.is_server_cancellable(req.method()),
-                answers_group: own.answers_group_cancel(req.method()),
-                spoken: None,
-            },
+            Some((connection, dialect)) => (
+                Subject::Request {
+                    id: id.clone(),
+                    server_cancellable: dialect.is_server_cancellable(req.method()),
+                    answers_group: dialect.answers_group_cancel(req.method()),
+                },
+                Some(connection),
+            ),
+            None => (
+                Subject::Request {
+                    id: id.clone(),
+                    server_cancellable: own.is_server_cancellable(req.method()),
+                    answers_group: own.answers_group_cancel(req.method()),
+                },
+                None,
+            ),
         }
     }
 
     /// The reply for `outcome` (`None` where there is none: a notification, a reply the dialect does not send),
-    /// rendered in the dialect of the request's scope (its kept connection's, else `spoken`), else in `own`. Only
-    /// a cancel's reply differs from one dialect to another, so `spoken` may be `None` for any other outcome.
+    /// rendered in `spoken`, the dialect of the request's scope where it speaks one, else in `own`. Only a
+    /// cancel's reply differs from one dialect to another, so `spoken` may be `None` for any other outcome.
     /// Once: the subject is `Answered` afterwards.
     pub(crate) fn answer<D: Dialect>(
         &mut self,
@@ -179,16 +195,10 @@ impl Subject {
                 id,
                 server_cancellable,
                 answers_group,
-                spoken: kept,
-            } => {
-                let kept = kept.as_ref().and_then(|c| c.scope().dialect());
-                match kept.map(|dialect| &**dialect).or(spoken) {
-                    Some(dialect) => {
-                        render(id, outcome, server_cancellable, answers_group, dialect)
-                    }
-                    None => render(id, outcome, server_cancellable, answers_group, own),
-                }
-            }
+            } => match spoken {
+                Some(dialect) => render(id, outcome, server_cancellable, answers_group, dialect),
+                None => render(id, outcome, server_cancellable, answers_group, own),
+            },
             Subject::Notification { method } => {
                 if let Err(error) = outcome {
                     tracing::warn!(method, %error, "notification handler failed");

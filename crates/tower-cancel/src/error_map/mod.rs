@@ -128,12 +128,13 @@ where
     }
 
     fn call(&mut self, req: Request) -> Self::Future {
-        let subject = Subject::of(&req, &self.dialect, true);
+        let (subject, spoken) = Subject::of(&req, &self.dialect);
+        let spoken = spoken.cloned();
         if let Some(error) = self.not_ready.take() {
             let error: BoxError = Box::new(Unavailable::new(error));
-            return ResponseFuture::failed(error, subject, self.dialect.clone());
+            return ResponseFuture::failed(error, subject, spoken, self.dialect.clone());
         }
-        ResponseFuture::new(self.inner.call(req), subject, self.dialect.clone())
+        ResponseFuture::new(self.inner.call(req), subject, spoken, self.dialect.clone())
     }
 }
 

@@ -22,9 +22,9 @@ pub use self::service::{ResponseFuture, Stacked};
 /// [`TimeoutLayer`] (no deadline unless you set one with [`CancelStack::timeout`] or [`CancelStack::timeouts`]),
 /// then [`CascadeLayer`].
 ///
-/// The service it builds, [`Stacked`], answers reply for reply as those four layers stacked by hand would, with one
-/// future per request where they nest four: the error map's work is done by the cancel layer's future as the
-/// request settles.
+/// The service it builds, [`Stacked`], answers reply for reply as those four layers stacked by hand would, without
+/// the error map's future around the cancel layer's: the cancel layer's future renders the reply as the request
+/// settles.
 ///
 /// It is a [`Layer`], so it goes into a [`tower::ServiceBuilder`] next to tower's own layers. Put layers that
 /// apply backpressure (`ConcurrencyLimit`, `RateLimit`) *below* it, so that cancels still reach queued requests.

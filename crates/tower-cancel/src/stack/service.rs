@@ -25,9 +25,9 @@ use crate::{
 /// The service built by [`CancelStack`](super::CancelStack): the four layers in one.
 ///
 /// It answers as an [`ErrorMap`](crate::error_map::ErrorMap) over a [`Cancel`] over a [`Timeout`] over a
-/// [`Cascade`] would, reply for reply, and each request gets one future instead of one per layer: the cancel
-/// layer's, whose reply is rendered when it settles, in the dialect of the request's scope, read from the
-/// request's own registration (the error map's future kept a clone of the request's connection for it).
+/// [`Cascade`] would, reply for reply, without the error map's future: the cancel layer's future renders the reply
+/// as the request settles, in the dialect of the request's scope, read from the request's own registration (the
+/// error map's future kept a clone of the request's connection for it).
 #[derive(Clone)]
 pub struct Stacked<S, D> {
     inner: Cancel<Timeout<Cascade<S>>, D>,
@@ -79,14 +79,18 @@ where
     type Error = Infallible;
     type Future = ResponseFuture<Timeout<Cascade<S>>, D>;
 
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         // The cancel layer is always ready (each request waits for the inner service's readiness in its own
-        // future), so there is never a readiness failure to answer here.
+        // future), so there is never a readiness failure to answer here: the error map's answer to one is not
+        // needed. Checked, in case that ever changes.
+        debug_assert!(matches!(self.inner.poll_ready(cx), Poll::Ready(Ok(()))));
         Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, req: Request) -> Self::Future {
-        let subject = Subject::of(&req, self.inner.dialect(), false);
+        // The dialect of the request's scope is read from its registration as it settles: no clone of its
+        // connection is kept for it.
+        let (subject, _) = Subject::of(&req, self.inner.dialect());
         let dialect = self.inner.dialect().clone();
         ResponseFuture {
             inner: self.inner.call(req),
