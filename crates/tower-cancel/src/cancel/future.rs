@@ -181,8 +181,9 @@ where
     S::Error: Into<BoxError>,
 {
     /// Poll to the request's outcome and hand it to `reply`, with the dialect of the request's scope for a
-    /// cancelled request registered on a connection whose scope speaks one: what the presets' one future renders
-    /// the reply with ([`Stacked`](crate::stack::Stacked)). No other outcome's reply depends on the dialect.
+    /// cancelled request registered on a connection whose scope speaks one: how the presets' service renders the
+    /// reply without a future of the error map's ([`Stacked`](crate::stack::Stacked)). No other outcome's reply
+    /// depends on the dialect.
     ///
     /// `SPOKEN`: whether `reply` reads the dialect (the layer alone, whose outcome is not rendered, takes none).
     pub(crate) fn poll_replying<const SPOKEN: bool, R>(

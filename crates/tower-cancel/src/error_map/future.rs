@@ -157,27 +157,19 @@ impl Subject {
             let method = req.method().to_owned();
             return (Subject::Notification { method }, None);
         };
-        match req
+        let spoken = req
             .connection()
-            .and_then(|c| Some((c, c.scope().dialect()?)))
-        {
-            Some((connection, dialect)) => (
-                Subject::Request {
-                    id: id.clone(),
-                    server_cancellable: dialect.is_server_cancellable(req.method()),
-                    answers_group: dialect.answers_group_cancel(req.method()),
-                },
-                Some(connection),
-            ),
-            None => (
-                Subject::Request {
-                    id: id.clone(),
-                    server_cancellable: own.is_server_cancellable(req.method()),
-                    answers_group: own.answers_group_cancel(req.method()),
-                },
-                None,
-            ),
-        }
+            .and_then(|c| Some((c, c.scope().dialect()?)));
+        let (connection, dialect): (_, &dyn Dialect) = match spoken {
+            Some((connection, dialect)) => (Some(connection), &**dialect),
+            None => (None, own),
+        };
+        let subject = Subject::Request {
+            id: id.clone(),
+            server_cancellable: dialect.is_server_cancellable(req.method()),
+            answers_group: dialect.answers_group_cancel(req.method()),
+        };
+        (subject, connection)
     }
 
     /// The reply for `outcome` (`None` where there is none: a notification, a reply the dialect does not send),
