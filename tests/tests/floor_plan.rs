@@ -10,6 +10,9 @@
 //! A crate fails with every circle it has (a strongly connected component of more than one module), each with the
 //! arrows that tie it and the files that draw them. At most one pair of modules per crate may import each other,
 //! named below with the reason, and ARCHITECTURE.md must name it too.
+//!
+//! ARCHITECTURE.md's table of `tower-cancel`'s floors is checked against the same plan (`floor_plan/drawing.rs`):
+//! a row per module, naming exactly the modules it imports, each on a lower floor.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -17,6 +20,9 @@ use std::{
     fs,
     path::{Path, PathBuf},
 };
+
+#[path = "floor_plan/drawing.rs"]
+mod drawing;
 
 /// The one pair of `tower-cancel`'s modules allowed to import each other, with ARCHITECTURE.md saying why: none.
 const CORE_ALLOWED_PAIR: Option<[&str; 2]> = None;
@@ -32,6 +38,28 @@ fn tower_cancel_has_no_import_circle() {
 #[test]
 fn tower_cancel_io_has_no_import_circle() {
     check_crate("crates/tower-cancel-io", IO_ALLOWED_PAIR);
+}
+
+/// ARCHITECTURE.md draws `tower-cancel`'s floor plan: every module a row, on a floor above each module it stands
+/// on, naming exactly the modules it imports.
+#[test]
+fn architecture_draws_tower_cancel_as_it_is() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let plan = FloorPlan::read(&root.join("crates/tower-cancel/src"));
+    let text = fs::read_to_string(root.join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+    let drawn = drawing::read(&text, &plan.modules);
+    // A table read as empty, or a column read as nothing, would pass the comparison below as little as the code's.
+    assert!(
+        drawn.len() >= 5,
+        "only {} rooms read from ARCHITECTURE.md",
+        drawn.len()
+    );
+    let arrows: BTreeSet<(String, String)> = plan.arrows.keys().cloned().collect();
+    let differences = drawing::differences(&drawn, &plan.modules, &arrows);
+    assert!(
+        differences.is_empty(),
+        "ARCHITECTURE.md's floor plan differs from tower-cancel's imports:\n{differences}"
+    );
 }
 
 /// Fail with every circle of the crate at `dir` (from the workspace's root) but `allowed`.
@@ -749,4 +777,54 @@ fn checker_follows_a_name_the_crate_root_reexports() {
     ]);
     assert_eq!(arrows(&plan), ["a -> b", "b -> a", "c -> b"]);
     assert_eq!(plan.circles().len(), 1);
+}
+
+#[test]
+fn drawing_is_read_row_by_row_and_each_difference_named() {
+    let modules: BTreeSet<String> = ["a", "b", "c", "d"].iter().map(|m| m.to_string()).collect();
+    let text = "\
+```text
+floor  what stands there                                        what it stands on
+  3    a/             the top                                   b, c (an aside: d)
+                      more of a                                 d
+  2    b.rs           the middle                                c
+  1    c.rs           the ground                                nothing
+       d.rs           also the ground                           nothing
+```
+";
+    let drawn = drawing::read(text, &modules);
+    let floors: Vec<(&str, u32)> = drawn
+        .iter()
+        .map(|(room, row)| (room.as_str(), row.floor))
+        .collect();
+    assert_eq!(floors, [("a", 3), ("b", 2), ("c", 1), ("d", 1)]);
+    let a: Vec<&str> = drawn["a"].stands_on.iter().map(String::as_str).collect();
+    assert_eq!(
+        a,
+        ["b", "c", "d"],
+        "the aside's d is not read, the next line's is"
+    );
+    let arrows = |list: &[(&str, &str)]| -> BTreeSet<(String, String)> {
+        list.iter()
+            .map(|(f, t)| (f.to_string(), t.to_string()))
+            .collect()
+    };
+    let agreeing = arrows(&[("a", "b"), ("a", "c"), ("a", "d"), ("b", "c")]);
+    assert_eq!(drawing::differences(&drawn, &modules, &agreeing), "");
+    // a's d not imported; c -> d drawn as nothing, and on one floor.
+    let differing = arrows(&[("a", "b"), ("a", "c"), ("b", "c"), ("c", "d")]);
+    let report = drawing::differences(&drawn, &modules, &differing);
+    assert!(
+        report.contains("a: drawn standing on d, which it does not import"),
+        "{report}"
+    );
+    assert!(
+        report.contains("c: imports d but the drawing does not say so"),
+        "{report}"
+    );
+    assert!(
+        report.contains("c (floor 1) stands on d (floor 1): not a floor below it"),
+        "{report}"
+    );
+    assert_eq!(report.lines().count(), 3, "{report}");
 }
