@@ -10,7 +10,7 @@ use super::{
 use crate::{
     context::RequestContext,
     dialect::{Dialect, Recognized},
-    lifecycle::{Lifecycle, SharedLifecycle},
+    lifecycle::{self, Lifecycle},
     metrics::DialectLabel,
     outcome::CancelOutcome,
     reason::CancelReason,
@@ -95,7 +95,7 @@ pub(super) fn admit<X: Dialect + ?Sized>(
         // cancel it: no timeout either.
         Lifecycle::uncancellable(id, connection.key())
     };
-    let lifecycle = SharedLifecycle::new(
+    let lifecycle = lifecycle::share(
         lifecycle
             .with_partial_results(dialect.allows_partial_result())
             .with_initializes(dialect.initializes(req.method())),

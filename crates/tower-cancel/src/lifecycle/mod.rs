@@ -9,6 +9,7 @@
 //! move to `CANCELLED`, and the reason is written before that move, so whoever sees `CANCELLED` also sees a reason.
 
 mod deadline;
+mod spare;
 
 use std::{
     sync::{atomic::Ordering, Arc},
@@ -21,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 pub(crate) use self::deadline::after;
 pub use self::deadline::{Deadline, DEADLINE_FIELD};
+pub(crate) use self::spare::{release, share};
 use crate::{
     dialect::Dialect,
     loom::{fence, AtomicU8, AtomicWaker, OnceBox, OnceLock},

@@ -8,7 +8,7 @@ use std::{
 
 use super::Scope;
 use crate::{
-    lifecycle::{Lifecycle, SharedLifecycle},
+    lifecycle::{self, Lifecycle, SharedLifecycle},
     message::Id,
     outbox::Outbox,
     outcome::{CancelAck, CancelOutcome},
@@ -224,7 +224,7 @@ impl Connection {
         )?;
         Ok(Registration {
             connection: self.clone(),
-            lifecycle,
+            lifecycle: Some(lifecycle),
         })
     }
 }
@@ -242,7 +242,9 @@ impl fmt::Debug for Connection {
 /// Keeps a request in its registry; dropping it removes the entry and counts the outcome.
 pub(crate) struct Registration {
     connection: Connection,
-    lifecycle: SharedLifecycle,
+    // `None` only in the drop, once the entry is gone: the handle is given back then (`lifecycle::release`: the
+    // allocation is kept for the thread's next request when this is its last handle).
+    lifecycle: Option<SharedLifecycle>,
 }
 
 impl Registration {
@@ -251,13 +253,19 @@ impl Registration {
     }
 
     pub(crate) fn lifecycle(&self) -> &Lifecycle {
-        &self.lifecycle
+        self.shared()
+    }
+
+    fn shared(&self) -> &SharedLifecycle {
+        self.lifecycle
+            .as_ref()
+            .expect("a registration's lifecycle is kept until its drop")
     }
 
     /// Settle the request if nobody settled it: its outcome was taken, or nobody will ever read it. Done by the
     /// drop too; calling it first lets the caller see how the request ended before the entry goes.
     pub(crate) fn let_go(&self) {
-        let lifecycle = &self.lifecycle;
+        let lifecycle = self.shared();
         if !lifecycle.is_cancellable() {
             // Either way it is over (progress stops).
             lifecycle.complete();
@@ -272,17 +280,20 @@ impl Registration {
 impl Drop for Registration {
     fn drop(&mut self) {
         self.let_go();
-        let lifecycle = &self.lifecycle;
         self.connection
             .registry()
-            .remove_counted(lifecycle, Some(&self.connection.inner.in_flight));
+            .remove_counted(self.shared(), Some(&self.connection.inner.in_flight));
+        // After the entry's own handle went with it: this one is often the last.
+        if let Some(lifecycle) = self.lifecycle.take() {
+            lifecycle::release(lifecycle);
+        }
     }
 }
 
 impl fmt::Debug for Registration {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Registration")
-            .field("id", self.lifecycle.id())
+            .field("id", self.shared().id())
             .finish()
     }
 }
