@@ -33,11 +33,11 @@ def resolve_for_oldest(root, into):
     """Copy the tracked files of the workspace at `root` into `into` and resolve a fresh lock there, as a user on
     the workspace's oldest declared rustc would."""
     files = subprocess.run(["git", "ls-files", "-z"], cwd=root, check=True, capture_output=True).stdout
-    subprocess.run(["tar", "-c", "--null", "-T", "-", "-f", "-"], cwd=root, input=files, check=True,
-                   stdout=open(os.path.join(into, "files.tar"), "wb"))
+    archive = subprocess.run(["tar", "-c", "--null", "-T", "-", "-f", "-"], cwd=root, input=files, check=True,
+                             capture_output=True).stdout
     workspace = os.path.join(into, "workspace")
     os.mkdir(workspace)
-    subprocess.run(["tar", "-x", "-f", os.path.join(into, "files.tar")], cwd=workspace, check=True)
+    subprocess.run(["tar", "-x", "-f", "-"], cwd=workspace, input=archive, check=True)
     environment = dict(os.environ, CARGO_RESOLVER_INCOMPATIBLE_RUST_VERSIONS="fallback")
     subprocess.run(["cargo", "generate-lockfile", "--quiet"], cwd=workspace, env=environment, check=True)
     return workspace
